@@ -1,0 +1,211 @@
+/*
+** host.h — the primitive macros for the host executor: C11 atomics, one
+** thread per rank·TB. The emitted program is written against RX_* macros
+** only; kernels-templates/cuda.cuh implements the same macros for GPUs.
+**
+** A connection is a FIFO of `nslots` slots of `slot_bytes` in the receiver's
+** memory with two counters: tail (slots filled, written by the sender) and
+** head (slots drained, written by the receiver). A tile larger than a slot
+** streams through in pieces. Blocked threads sleep on a futex and give up
+** when no thread of the run has made progress for `timeout_ms`.
+*/
+#ifndef RX_HOST_H
+#define RX_HOST_H
+
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
+enum { RX_WAIT_NONE, RX_WAIT_FLAG, RX_WAIT_DATA, RX_WAIT_SPACE };
+
+typedef struct {
+  _Atomic uint32_t tail, head;
+  char *slots;
+} RxFifo;
+
+typedef struct RxRun {
+  int nranks, chunks, nmicro, nslots, timeout_ms;
+  size_t count, esize, slot_bytes;
+  char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH] */
+  RxFifo *fifo;            /* per connection */
+  _Atomic uint32_t *flag;  /* per flag: micro-batches finished */
+  void (*reduce)(void *dst, const void *src, size_t n);
+  _Atomic uint32_t progress; /* bumped on every step of every thread */
+  _Atomic int abort;
+} RxRun;
+
+typedef struct {
+  RxRun *run;
+  int rank, tb, at, m;      /* where it is: primitive index, micro-batch */
+  int wait_kind, wait_id;   /* what it blocks on, for the stuck report */
+} RxCtx;
+
+typedef void (*RxTbFn)(RxCtx *);
+typedef struct {
+  const RxTbFn *tbs;
+  int ntb;
+} RxRank;
+
+static inline double rx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline void rx_wake(_Atomic uint32_t *a) {
+  syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* Sleep until *a moves from `seen`; nonzero when the run is aborted. */
+static inline int rx_block(RxCtx *x, _Atomic uint32_t *a, uint32_t seen, int kind, int id) {
+  RxRun *r = x->run;
+  x->wait_kind = kind, x->wait_id = id;
+  uint32_t p0 = atomic_load(&r->progress);
+  double t0 = rx_now_ms();
+  while (atomic_load_explicit(a, memory_order_acquire) == seen) {
+    if (atomic_load(&r->abort)) return 1;
+    struct timespec ts = {0, 2000000};
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+    uint32_t p1 = atomic_load(&r->progress);
+    if (p1 != p0) p0 = p1, t0 = rx_now_ms();
+    else if (rx_now_ms() - t0 > r->timeout_ms) {
+      atomic_store(&r->abort, 1);
+      return 1;
+    }
+  }
+  x->wait_kind = RX_WAIT_NONE;
+  return 0;
+}
+
+/* Element range of chunks [idx, idx+cnt) of a buffer, micro-batch m. */
+static inline void rx_tile(const RxRun *r, int idx, int cnt, int m, size_t *lo, size_t *n) {
+  size_t N = r->count, C = (size_t)r->chunks, last = (size_t)idx + cnt - 1;
+  size_t a = (size_t)idx / C * N + (size_t)idx % C * N / C;
+  size_t b = last / C * N + (last % C + 1) * N / C;
+  size_t len = b - a, M = (size_t)r->nmicro;
+  *lo = a + len * m / M;
+  *n = a + len * (m + 1) / M - *lo;
+}
+
+static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
+  return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
+}
+
+static inline int rx_wait(RxCtx *x, int f, int m) {
+  _Atomic uint32_t *a = &x->run->flag[f];
+  uint32_t v;
+  while ((v = atomic_load_explicit(a, memory_order_acquire)) < (uint32_t)m + 1)
+    if (rx_block(x, a, v, RX_WAIT_FLAG, f)) return 1;
+  return 0;
+}
+
+static inline void rx_post(RxCtx *x, int f, int m) {
+  atomic_store_explicit(&x->run->flag[f], (uint32_t)m + 1, memory_order_release);
+  rx_wake(&x->run->flag[f]);
+}
+
+/* Wait for a free slot of connection c; returns its address or NULL on abort. */
+static inline char *rx_slot_out(RxCtx *x, int c) {
+  RxFifo *f = &x->run->fifo[c];
+  uint32_t h, t = atomic_load_explicit(&f->tail, memory_order_relaxed);
+  while (t - (h = atomic_load_explicit(&f->head, memory_order_acquire)) >= (uint32_t)x->run->nslots)
+    if (rx_block(x, &f->head, h, RX_WAIT_SPACE, c)) return NULL;
+  return f->slots + (size_t)(t % (uint32_t)x->run->nslots) * x->run->slot_bytes;
+}
+
+static inline void rx_push(RxCtx *x, int c) {
+  RxFifo *f = &x->run->fifo[c];
+  atomic_fetch_add_explicit(&f->tail, 1, memory_order_release);
+  atomic_fetch_add(&x->run->progress, 1);
+  rx_wake(&f->tail);
+}
+
+/* Wait for a filled slot of connection c. */
+static inline const char *rx_slot_in(RxCtx *x, int c) {
+  RxFifo *f = &x->run->fifo[c];
+  uint32_t t, h = atomic_load_explicit(&f->head, memory_order_relaxed);
+  while ((t = atomic_load_explicit(&f->tail, memory_order_acquire)) == h)
+    if (rx_block(x, &f->tail, t, RX_WAIT_DATA, c)) return NULL;
+  return f->slots + (size_t)(h % (uint32_t)x->run->nslots) * x->run->slot_bytes;
+}
+
+static inline void rx_pop(RxCtx *x, int c) {
+  RxFifo *f = &x->run->fifo[c];
+  atomic_fetch_add_explicit(&f->head, 1, memory_order_release);
+  atomic_fetch_add(&x->run->progress, 1);
+  rx_wake(&f->head);
+}
+
+static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
+  size_t lo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    char *s = rx_slot_out(x, cout);
+    if (!s) return 1;
+    memcpy(s, rx_at(x, buf, lo + k), w * es);
+    rx_push(x, cout);
+  }
+  return 0;
+}
+
+/* Receive into (buf, idx): copy or reduce, then forward on cout if >= 0. */
+static inline int rx_recv(RxCtx *x, int cin, int cout, int buf, int idx, int cnt, int m, int reduce) {
+  size_t lo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    const char *s = rx_slot_in(x, cin);
+    if (!s) return 1;
+    char *d = rx_at(x, buf, lo + k);
+    if (reduce) x->run->reduce(d, s, w);
+    else memcpy(d, s, w * es);
+    if (cout >= 0) {
+      char *o = rx_slot_out(x, cout);
+      if (!o) return 1;
+      memcpy(o, d, w * es);
+      rx_push(x, cout);
+    }
+    rx_pop(x, cin);
+  }
+  return 0;
+}
+
+static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int cnt, int m, int reduce) {
+  size_t slo, sn, dlo, dn;
+  rx_tile(x->run, ridx, cnt, m, &slo, &sn);
+  rx_tile(x->run, widx, cnt, m, &dlo, &dn);
+  if (reduce) x->run->reduce(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn);
+  else memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn * x->run->esize);
+  atomic_fetch_add(&x->run->progress, 1);
+  return 0;
+}
+
+/* The emitted program's vocabulary. `x` is the TB's context, `m` the micro-batch. */
+#define RX_TB(r, b) static void rx_tb_##r##_##b(RxCtx *x)
+#define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
+#define RX_AT(i) (x->at = (i))
+#define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
+#define RX_WAIT_ALL(f) do { if (rx_wait(x, f, x->run->nmicro - 1)) return; } while (0)
+#define RX_POST(f) rx_post(x, f, m)
+#define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
+#define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, b, i, n, m, 0)) return; } while (0)
+#define RX_RRC(c, b, i, n) do { if (rx_recv(x, c, -1, b, i, n, m, 1)) return; } while (0)
+#define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 0)) return; } while (0)
+#define RX_RRCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 1)) return; } while (0)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 0)
+#define RX_REDUCE(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 1)
+#define RX_RANK_BEGIN(r) static const RxTbFn rx_rank_##r[] = {
+#define RX_RANK_TB(r, b) rx_tb_##r##_##b,
+#define RX_RANK_END(r) 0};
+#define RX_PROGRAM_BEGIN(n) const int rx_nranks = n; const RxRank rx_program[] = {
+#define RX_PROGRAM_RANK(r, ntb) {rx_rank_##r, ntb},
+#define RX_PROGRAM_END };
+
+#endif

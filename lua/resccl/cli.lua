@@ -1,0 +1,268 @@
+--- The resccl command line: parse, then run one subcommand.
+-- Every compiling subcommand takes the same options and key=value arguments.
+local resccl = require "resccl"
+local core = resccl.core
+
+local M = {}
+
+local USAGE = [[
+usage: resccl <command> [options] FILE [key=value ...]
+
+commands:
+  run FILE       compile, verify, and execute the emitted code on the host
+                 executor with real data (out-of-place and in-place)
+  compile FILE   compile and report; --dump, --emit and --json show more
+  verify FILE    compile and verify both placements
+  repl           interactive Lua with the DSL loaded as `resccl`
+  help           this text
+
+options:
+  --sched hpds|rr        scheduler (default hpds)
+  --tb state|conn        thread-block allocation (default state)
+  --json                 print one machine-readable report
+  --dump dag|sched|lower|tb   print that stage
+  --stop-after STAGE     stop after dag|sched|lower|tb|verify
+  --inplace              compile for in-place buffers (compile)
+  --no-fuse              keep receives and the sends they feed apart
+  --emit host|cuda       print the emitted program (compile)
+  --version              print the version
+
+key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
+h200:2, nmicro=N, count=N (elements), dtype=f32|i32|f64|i64,
+op=sum|max|min|prod, and the algorithm's own parameters.
+]]
+
+local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
+
+local function usage_error(msg)
+  io.stderr:write("resccl: ", msg, "\n(see 'resccl help')\n")
+  return 2
+end
+
+-- Parse argv into { cmd, file, opts, args } or nil, message.
+local function parse(argv)
+  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = true, args = {} }
+  local i = 2
+  local function value(flag, allowed)
+    i = i + 1
+    local v = argv[i]
+    if v == nil or (allowed and not allowed[v]) then
+      local names = {}
+      for k in pairs(allowed or {}) do names[#names + 1] = k end
+      table.sort(names)
+      error(("%s needs %s"):format(flag, #names > 0 and table.concat(names, "|") or "a value"), 0)
+    end
+    return v
+  end
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
+    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true })
+    elseif a == "--json" then o.json = true
+    elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
+    elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
+    elseif a == "--inplace" then o.inplace = true
+    elseif a == "--no-fuse" then o.fuse = false
+    elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
+    elseif a:match "^%-%-%w[%w-]*=" then -- --flag=value
+      local flag, v = a:match "^(%-%-[%w-]+)=(.*)$"
+      table.insert(argv, i + 1, v)
+      argv[i] = flag
+      i = i - 1
+    elseif a:sub(1, 1) == "-" then error(("unknown option '%s'"):format(a), 0)
+    elseif a:find("=", 1, true) then
+      local k, v = a:match "^([%w_]+)=(.*)$"
+      if not k then error(("bad argument '%s' (key=value expected)"):format(a), 0) end
+      o.args[k] = v
+    elseif not o.file then o.file = a
+    else error(("unexpected argument '%s'"):format(a), 0) end
+    i = i + 1
+  end
+  return o
+end
+
+local function compile_opts(o, inplace)
+  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after }
+end
+
+-- Load and build the program; errors carry file:line already.
+local function build(o)
+  if not o.file then error("a FILE is needed", 0) end
+  local alg = resccl.load(o.file)
+  local prog, topo = alg:program(o.args)
+  return alg, prog, topo
+end
+
+local function json(t)
+  return require("cjson").encode(t)
+end
+
+-- Base report keys shared by every subcommand.
+local function report(alg, prog, topo, plan, err)
+  local p, t = prog:info(), topo:info()
+  local r = plan and plan:report() or {}
+  r.algorithm, r.file, r.collective, r.ranks, r.topo = alg.name, alg.file, p.collective, p.ranks, t.spec
+  r.chunks_per_block, r.transfers = p.chunks, p.transfers
+  r.verify = err or (r.verified and "ok" or "not run")
+  return r
+end
+
+local function exec_args(o)
+  local a = o.args
+  return {
+    count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4, dtype = a.dtype, op = a.op,
+    slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
+  }
+end
+
+-- ---------------------------------------------------------------- compile
+
+function M.compile(o)
+  local alg, prog, topo = build(o)
+  local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
+  if o.json then
+    local r = report(alg, prog, topo, plan, err)
+    if plan and o.emit and not err then r.emit_bytes = #plan:emit(o.emit) end
+    print(json(r))
+    return err and 1 or 0
+  end
+  if o.dump then
+    if not plan then error(err, 0) end
+    local ok, text = pcall(plan.dump, plan, o.dump)
+    if not ok then error(err or text, 0) end
+    io.write(text)
+    if err then io.stderr:write("resccl: ", err, "\n") end
+    return err and 1 or 0
+  end
+  if err then error(err, 0) end
+  if o.emit then
+    io.write(plan:emit(o.emit))
+    return 0
+  end
+  print(plan)
+  local r = plan:report()
+  local ms = {}
+  for _, s in ipairs { "dag", "sched", "lower", "tb", "verify" } do
+    if r.stage_ms[s] then ms[#ms + 1] = ("%s %.1f"):format(s, r.stage_ms[s]) end
+  end
+  print(("compile time %.1f ms (%s)"):format(r.compile_ms, table.concat(ms, ", ")))
+  return 0
+end
+
+-- ----------------------------------------------------------------- verify
+
+function M.verify(o)
+  local alg, prog, topo = build(o)
+  local bad, out = 0, {}
+  for _, inplace in ipairs { false, true } do
+    if inplace and not alg.inplace then
+      out[#out + 1] = { placement = "in-place", verify = "not supported by this algorithm" }
+    else
+      local plan, err = resccl.compile(prog, topo, compile_opts(o, inplace))
+      if err then bad = bad + 1 end
+      out[#out + 1] = { placement = inplace and "in-place" or "out-of-place", verify = err or "ok",
+        tasks = plan and plan:report().tasks }
+    end
+  end
+  if o.json then
+    local r = report(alg, prog, topo)
+    r.verify = bad == 0 and "ok" or (out[1].verify ~= "ok" and out[1].verify or out[2].verify)
+    r.placements = out
+    print(json(r))
+  else
+    for _, p in ipairs(out) do print(("%-13s %s"):format(p.placement, p.verify)) end
+  end
+  return bad == 0 and 0 or 1
+end
+
+-- -------------------------------------------------------------------- run
+
+function M.run(o)
+  local alg, prog, topo = build(o)
+  local p, t = prog:info(), topo:info()
+  local plan, err = resccl.compile(prog, topo, compile_opts(o, false))
+  local other = resccl.compile(prog, topo, {
+    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse })
+  local r = report(alg, prog, topo, plan, err)
+  local ok = err == nil
+  local ea = exec_args(o)
+  r.execute = {}
+  for _, inplace in ipairs { false, true } do
+    local name = inplace and "in-place" or "out-of-place"
+    local e = { placement = name }
+    if inplace and not alg.inplace then
+      e.skipped = "not supported by this algorithm"
+    else
+      local pl, perr = plan, err
+      if inplace then pl, perr = resccl.compile(prog, topo, compile_opts(o, true)) end
+      if perr then
+        e.error, ok = perr, false
+      else
+        e.tasks = pl:report().tasks
+        local res, xerr = pl:exec(ea)
+        if not res then
+          e.error, ok = xerr, false
+        else
+          e.max_err, e.wrong, e.ms, e.first_wrong = res.max_err, res.wrong, res.ms, res.first_wrong
+          if res.wrong > 0 then ok = false end
+        end
+      end
+    end
+    r.execute[#r.execute + 1] = e
+  end
+  local orep = other and other:report() or {}
+  local state = o.tb == "state" and r or orep
+  local conn = o.tb == "state" and orep or r
+  r.tbs_per_rank_max_state, r.tbs_per_rank_max_conn = state.tbs_per_rank_max, conn.tbs_per_rank_max
+  r.result = ok and "pass" or "fail"
+  if o.json then
+    print(json(r))
+    return ok and 0 or 1
+  end
+  local function line(k, v) print(("%-12s %s"):format(k, v)) end
+  line("algorithm", ("%s (%s)"):format(alg.name, alg.file))
+  line("collective", ("%s, %d ranks on %s (%d x %d), %d chunks per block"):format(p.collective, p.ranks, t.spec,
+    t.nodes, t.gpn, p.chunks))
+  line("tasks", ("%s (out-of-place); %d transfers recorded"):format(r.tasks or "-", p.transfers))
+  line("schedule", ("%s: %s sub-pipelines"):format(o.sched, r.subpipelines or "-"))
+  line("TBs/rank", ("state-based %s, connection-based %s (max over ranks; totals %s vs %s)"):format(
+    state.tbs_per_rank_max or "-", conn.tbs_per_rank_max or "-", state.tbs_total or "-", conn.tbs_total or "-"))
+  line("verify", err or "ok (post-condition, connection order, no deadlock)")
+  for _, e in ipairs(r.execute) do
+    local what
+    if e.skipped then what = "skipped: " .. e.skipped
+    elseif e.error then what = "FAILED: " .. e.error
+    else
+      what = ("%s %s count=%d nmicro=%d: max error %g, %d wrong (%.1f ms)%s"):format(ea.dtype or "f32",
+        ea.op or "sum", ea.count, ea.nmicro, e.max_err, e.wrong, e.ms,
+        e.first_wrong and ("; first: " .. e.first_wrong) or "")
+    end
+    line(e.placement == "in-place" and "exec inplace" or "exec", what)
+  end
+  line("result", ok and "PASS" or "FAIL")
+  return ok and 0 or 1
+end
+
+function M.help()
+  io.write(USAGE)
+  return 0
+end
+
+--- Entry point from main.c: argv without the program name; returns the exit code.
+function M.main(argv)
+  local cmd = argv[1]
+  if cmd == nil then io.stderr:write(USAGE) return 2 end
+  if cmd == "--version" or cmd == "version" then
+    print("resccl " .. core.version)
+    return 0
+  end
+  if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
+  if not (cmd == "run" or cmd == "compile" or cmd == "verify") then
+    return usage_error(("unknown command '%s'"):format(cmd))
+  end
+  local ok, o = pcall(parse, argv)
+  if not ok then return usage_error(o) end
+  return M[cmd](o)
+end
+
+return M

@@ -1,0 +1,367 @@
+--- ReSCCLang: collective algorithms as registration tables.
+--
+-- A script calls `resccl.algorithm{ name=, collective=, build=function(a) ... end }`.
+-- `build` receives a builder `a` that knows the ranks and topology and records
+-- transfers into the C program, in either of two styles:
+--   a:transfer(src, dst, step, chunk, "recv" | "rrc")      -- the paper's style
+--   a:chunk(rank, "input", i, n):copy(peer, "output", j)    -- MSCCLang's style
+-- Every transfer remembers the line that recorded it; later stages report
+-- their errors at that line.
+local core = require "resccl.core"
+
+local M = { version = core.version, core = core }
+
+local COLLECTIVES = { allgather = true, reducescatter = true, allreduce = true, alltoall = true }
+
+-- Registration keys and the type each must have.
+local KEYS = {
+  name = "string", collective = "string", build = "function", description = "string",
+  params = "table", chunks = "number|function", inplace = "boolean", supports = "function",
+}
+
+-- Arguments that belong to the driver, not to the algorithm.
+M.RUN_ARGS = {
+  ranks = true, topo = true, nmicro = true, count = true, dtype = true, op = true,
+  slots = true, slot_bytes = true, timeout_ms = true,
+}
+
+-- Steps far before and after any the author can write: placement copies.
+local FIRST_STEP, LAST_STEP = -2147483647, 2147483647
+
+local function typeok(v, spec)
+  for t in spec:gmatch "[^|]+" do
+    if type(v) == t then return true end
+  end
+  return false
+end
+
+local function isint(v) return math.type(v) == "integer" end
+
+local Algorithm = {}
+Algorithm.__index = Algorithm
+Algorithm.__name = "resccl.Algorithm"
+
+function Algorithm:__tostring()
+  return ("Algorithm %s: %s (%s:%d)"):format(self.name, self.collective, self.file, self.line)
+end
+
+local registered -- the last algorithm a script registered
+local loading    -- the script M.load is running
+
+-- Where resccl.algorithm{} was called. `return resccl.algorithm{...}` is a
+-- tail call that leaves no frame, so then the first line of the loading
+-- script that mentions resccl.algorithm stands in.
+local function definition_site()
+  local info = debug.getinfo(3, "Sl")
+  if info and info.what ~= "C" and not debug.getinfo(2, "t").istailcall then
+    return info.source:sub(1, 1) == "@" and info.source:sub(2) or info.short_src, info.currentline
+  end
+  if loading then
+    local n = 0
+    for l in io.lines(loading) do
+      n = n + 1
+      if l:find("resccl.algorithm", 1, true) and not l:match "^%s*%-%-" then return loading, n end
+    end
+    return loading, 1
+  end
+  return "?", 0
+end
+
+--- Register an algorithm. Unknown keys and wrong types are errors at the caller's line.
+---@param def table
+---@return table algorithm
+function M.algorithm(def)
+  if type(def) ~= "table" then
+    error("resccl.algorithm expects a table, got " .. type(def), 2)
+  end
+  for k, v in pairs(def) do
+    local spec = KEYS[k]
+    if not spec then
+      local known = {}
+      for key in pairs(KEYS) do known[#known + 1] = key end
+      table.sort(known)
+      error(("unknown key '%s' in resccl.algorithm{} (known: %s)"):format(tostring(k), table.concat(known, ", ")), 2)
+    end
+    if not typeok(v, spec) then
+      error(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)), 2)
+    end
+  end
+  for _, k in ipairs { "name", "collective", "build" } do
+    if def[k] == nil then error(("resccl.algorithm{} needs '%s'"):format(k), 2) end
+  end
+  if not COLLECTIVES[def.collective] then
+    error(("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)"):format(def.collective), 2)
+  end
+  local alg = setmetatable({}, Algorithm)
+  for k, v in pairs(def) do alg[k] = v end
+  alg.params = def.params or {}
+  alg.file, alg.line = definition_site()
+  if alg.inplace == nil then alg.inplace = def.collective ~= "alltoall" end
+  registered = alg
+  return alg
+end
+
+-- Convert a key=value string to the type of the parameter's default.
+local function convert(name, v, default)
+  if type(v) ~= "string" then return v end
+  if type(default) == "number" then
+    local n = math.tointeger(tonumber(v)) or tonumber(v)
+    if n == nil then error(("argument %s=%s: a number expected"):format(name, v), 0) end
+    return n
+  elseif type(default) == "boolean" then
+    if v == "true" or v == "1" then return true end
+    if v == "false" or v == "0" then return false end
+    error(("argument %s=%s: true or false expected"):format(name, v), 0)
+  end
+  return v
+end
+
+-- ------------------------------------------------------------------ builder
+
+local Builder = {}
+Builder.__index = Builder
+
+-- The buffer the paper's single data buffer maps to, per collective.
+local DATA = { allgather = "output", allreduce = "output", reducescatter = "scratch" }
+
+-- Placement copies for the paper's style, recorded once before the first
+-- transfer: the input enters the data buffer (a self-copy, dropped, when the
+-- call is in-place), and for reduce-scatter the result leaves it at the end.
+function Builder:_prologue()
+  self._paper = true
+  local p, R, C = self._prog, self.ranks, self.chunks
+  for r = 0, R - 1 do
+    if self.collective == "allgather" then
+      p:xfer(r, "input", 0, r, "output", r * C, C, "copy", FIRST_STEP, 3)
+    elseif self.collective == "allreduce" then
+      p:xfer(r, "input", 0, r, "output", 0, C, "copy", FIRST_STEP, 3)
+    else
+      p:xfer(r, "input", 0, r, "scratch", 0, R * C, "copy", FIRST_STEP, 3)
+    end
+  end
+end
+
+local function checkint(fn, i, v)
+  if not isint(v) then
+    error(("bad argument #%d to '%s' (integer expected, got %s)"):format(i, fn, math.type(v) or type(v)), 3)
+  end
+end
+
+--- The paper's primitive: chunk `chunk` of the data buffer moves from src to
+--- dst at `step`; "recv" copies, "rrc" reduces into the destination.
+function Builder:transfer(src, dst, step, chunk, kind)
+  checkint("transfer", 1, src)
+  checkint("transfer", 2, dst)
+  checkint("transfer", 3, step)
+  checkint("transfer", 4, chunk)
+  local buf = DATA[self.collective]
+  if not buf then error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " ..
+    self.collective, 2) end
+  if kind ~= "recv" and kind ~= "rrc" then
+    error(("bad argument #5 to 'transfer' (\"recv\" or \"rrc\" expected, got %s)"):format(tostring(kind)), 2)
+  end
+  if step <= FIRST_STEP or step >= LAST_STEP then error("step out of range", 2) end
+  if not self._paper then self:_prologue() end
+  self._step = step
+  self._prog:xfer(src, buf, chunk, dst, buf, chunk, 1, kind == "rrc" and "reduce" or "copy", step, 2)
+end
+
+local Ref = {}
+Ref.__index = Ref
+
+function Ref:__tostring()
+  return ("chunk(rank %d, %s[%d%s])"):format(self.rank, self.buf, self.index,
+    self.count > 1 and ("+" .. self.count) or "")
+end
+
+local BUFS = { input = true, output = true, scratch = true }
+
+local function checkbuf(fn, i, b)
+  if not BUFS[b] then
+    error(("bad argument #%d to '%s' (input, output or scratch expected, got %s)"):format(i, fn, tostring(b)), 3)
+  end
+end
+
+--- A reference to `count` chunks of a rank's buffer (MSCCLang's chunk()).
+function Builder:chunk(rank, buf, index, count)
+  checkint("chunk", 1, rank)
+  checkbuf("chunk", 2, buf)
+  checkint("chunk", 3, index)
+  count = count or 1
+  checkint("chunk", 4, count)
+  if rank < 0 or rank >= self.ranks then
+    error(("rank %d out of range (program has %d ranks)"):format(rank, self.ranks), 2)
+  end
+  return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, Ref)
+end
+
+--- Copy these chunks to (rank, buf, index); buf and index default to the same place.
+function Ref:copy(rank, buf, index)
+  checkint("copy", 1, rank)
+  buf = buf or self.buf
+  checkbuf("copy", 2, buf)
+  index = index or self.index
+  checkint("copy", 3, index)
+  local a = self.a
+  a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
+  return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, Ref)
+end
+
+--- Reduce `other` into these chunks: self = self (+) other.
+function Ref:reduce(other)
+  if getmetatable(other) ~= Ref then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
+  if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
+  local a = self.a
+  a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count, "reduce", a._step, 2)
+  return self
+end
+
+--- Topology helpers: node of a rank, its index inside the node, and back.
+function Builder:node(rank) return rank // self.gpn end
+function Builder:local_rank(rank) return rank % self.gpn end
+function Builder:rank(node, g) return node * self.gpn + g end
+
+-- -------------------------------------------------------------- programs
+
+-- Run fn under a CPU budget: a script that runs longer than RESCCL_BUDGET
+-- seconds (default 120) is stopped with an error instead of hanging.
+local function budgeted(fn, ...)
+  local budget = tonumber(os.getenv "RESCCL_BUDGET") or 120
+  local t0 = os.clock()
+  debug.sethook(function()
+    if os.clock() - t0 > budget then
+      debug.sethook()
+      error(("script exceeded its budget of %g s"):format(budget), 2)
+    end
+  end, "", 1000000)
+  local res = table.pack(pcall(fn, ...))
+  debug.sethook()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+
+--- Resolve the topology from args: topo= wins, ranks= makes a flat node.
+---@return userdata topo
+function M.topology(args)
+  local spec, ranks = args.topo, args.ranks
+  local topo
+  if spec then
+    local ok, t = pcall(core.topo, spec)
+    if not ok then error(t, 0) end
+    topo = t
+    local n = ranks and convert("ranks", ranks, 0)
+    if n and n ~= topo:info().ranks then
+      error(("ranks=%s does not match topo=%s (%d ranks)"):format(tostring(ranks), spec, topo:info().ranks), 0)
+    end
+  else
+    local n = convert("ranks", ranks or 8, 0)
+    if not isint(n) or n < 1 or n > 1024 then error("ranks must be an integer 1..1024", 0) end
+    topo = core.topo_flat(n)
+  end
+  return topo
+end
+
+--- Build the algorithm's program for the given arguments.
+---@param args table key=value arguments (strings or values)
+---@return userdata program, userdata topo
+function Algorithm:program(args)
+  args = args or {}
+  local topo = M.topology(args)
+  local t = topo:info()
+  local params = {}
+  for k, v in pairs(self.params) do params[k] = v end
+  for k, v in pairs(args) do
+    if not M.RUN_ARGS[k] then
+      if self.params[k] == nil then
+        local known = {}
+        for name in pairs(self.params) do known[#known + 1] = name end
+        table.sort(known)
+        error(("unknown argument '%s' for algorithm %s (%s)"):format(k, self.name,
+          #known > 0 and ("it takes: " .. table.concat(known, ", ")) or "it takes none"), 0)
+      end
+      params[k] = convert(k, v, self.params[k])
+    end
+  end
+  local a = setmetatable({
+    ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
+    collective = self.collective, name = self.name, _step = 0,
+  }, Builder)
+  if self.supports then
+    local ok, why = self.supports(a)
+    if not ok then
+      error(("%s:%d: algorithm %s does not support %s: %s"):format(self.file, self.line, self.name, t.spec,
+        why or "unsupported"), 0)
+    end
+  end
+  local chunks = self.chunks
+  if type(chunks) == "function" then chunks = chunks(a) end
+  if chunks == nil then chunks = self.collective == "allreduce" and t.ranks or 1 end
+  if not isint(chunks) or chunks < 1 then
+    error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
+  end
+  a.chunks = chunks
+  a._prog = core.program {
+    name = self.name, collective = self.collective, ranks = t.ranks, gpn = t.gpn, chunks = chunks,
+    file = self.file, line = self.line,
+  }
+  budgeted(self.build, a)
+  if a._paper and self.collective == "reducescatter" then
+    for r = 0, t.ranks - 1 do
+      a._prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
+    end
+  end
+  if a._prog:info().transfers == 0 then
+    error(("%s:%d: algorithm %s recorded no transfers"):format(self.file, self.line, self.name), 0)
+  end
+  return a._prog, topo
+end
+
+-- ---------------------------------------------------------------- loading
+
+-- What a script may see: the DSL and the safe parts of the standard library.
+local SAFE = {
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "print", "rawequal", "rawget", "rawlen", "rawset",
+  "select", "setmetatable", "getmetatable", "tonumber", "tostring", "type", "xpcall", "math", "string",
+  "table", "utf8", "require",
+}
+
+local function sandbox()
+  local env = { resccl = M }
+  for _, k in ipairs(SAFE) do env[k] = _G[k] end
+  env._G = env
+  return env
+end
+
+--- Load an algorithm script.
+---@param path string
+---@return table algorithm
+function M.load(path)
+  local chunk, err = loadfile(path, "t", sandbox())
+  if not chunk then error(err, 0) end
+  registered, loading = nil, path
+  local ok, ret = pcall(budgeted, chunk)
+  loading = nil
+  if not ok then error(ret, 0) end
+  local alg = getmetatable(ret) == Algorithm and ret or registered
+  if not alg then error(path .. ": no resccl.algorithm{} in this file", 0) end
+  return alg
+end
+
+--- Compile a program for one placement; returns plan or plan/nil, message.
+---@param prog userdata
+---@param topo userdata
+---@param opts table|nil {sched=, tb=, inplace=, fuse=, stop_after=}
+function M.compile(prog, topo, opts)
+  return core.compile(prog, topo, opts or {})
+end
+
+--- Load, build and compile in one call (handy in the REPL):
+--- resccl.plan("algorithms/allreduce_ring.lua", {ranks=8}, {sched="rr"})
+function M.plan(path, args, opts)
+  local alg = M.load(path)
+  local prog, topo = alg:program(args or {})
+  return M.compile(prog, topo, opts)
+end
+
+return M

@@ -1,0 +1,348 @@
+/*
+** core.h — the resccl compiler's internal header, one section per stage.
+**
+** The pipeline (compile.c shows it in one function):
+**   Program  --prog_tasks-->  Task list (in-place aliasing resolved, ordered by step)
+**            --dag_build-->   Dag (data-dependency edges, link set per task)
+**            --sched_run-->   Sched (sub-pipelines, one global task pipeline)
+**            --lower_run-->   primitives per rank, connections, cross-TB waits
+**            --tb_assign-->   TBs per rank (state-based or connection-based)
+**            --verify_run-->  symbolic post-condition + bounded-FIFO deadlock check
+**            --emit_rank-->   C/CUDA source per rank from kernels-templates/
+** Nothing here includes lua.h: the Lua bindings live in l_*.c.
+*/
+#ifndef RESCCL_CORE_H
+#define RESCCL_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- util.c */
+
+typedef enum {
+  RC_OK = 0,
+  RC_ENOMEM,    /* out of memory */
+  RC_EINVAL,    /* bad argument or bad program */
+  RC_ETOPO,     /* bad topology specification */
+  RC_EVERIFY,   /* the result is not the collective the program claims */
+  RC_EDEADLOCK, /* the per-TB programs can block forever */
+  RC_ESIZE,     /* a buffer size the program cannot handle */
+  RC_EEXEC,     /* the executor failed (compiler, loader, threads) */
+  RC_ETIMEOUT,  /* the executor made no progress */
+  RC_ETEMPLATE, /* a kernel template is malformed */
+} rcStatus;
+
+/* An error: status plus a message that already carries "file:line: " when known. */
+typedef struct {
+  rcStatus rc;
+  char msg[1024];
+} Err;
+
+#define RC_CHECK(call)                 \
+  do {                                 \
+    rcStatus rc_ = (call);             \
+    if (rc_ != RC_OK) return rc_;      \
+  } while (0)
+
+const char *rc_name(rcStatus rc);
+rcStatus err_set(Err *e, rcStatus rc, const char *fmt, ...);
+void *xmalloc(size_t n);   /* abort()s only on allocation failure */
+void *xcalloc(size_t n, size_t sz);
+void *xrealloc(void *p, size_t n);
+double now_ms(void);
+
+/* Growable byte buffer, used by the dumps and the emitter. */
+typedef struct {
+  char *s;
+  size_t n, cap;
+} Buf;
+void buf_init(Buf *b);
+void buf_free(Buf *b);
+void buf_add(Buf *b, const char *s, size_t n);
+void buf_puts(Buf *b, const char *s);
+void buf_printf(Buf *b, const char *fmt, ...);
+
+/* Growable array of any element: VEC_PUSH(p, n, cap, value). */
+#define VEC_PUSH(p, n, cap, v)                                   \
+  do {                                                           \
+    if ((n) == (cap)) {                                          \
+      (cap) = (cap) ? 2 * (cap) : 16;                            \
+      (p) = xrealloc((p), (size_t)(cap) * sizeof *(p));          \
+    }                                                            \
+    (p)[(n)++] = (v);                                            \
+  } while (0)
+
+/* ------------------------------------------------------------- program.c */
+
+typedef enum { COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_ALLTOALL, NCOLL } Coll;
+typedef enum { BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH, NBUF } BufKind;
+typedef enum { OP_COPY, OP_REDUCE } XferOp;
+
+/* A position in a source file: index into Program.files, line number. */
+typedef struct {
+  int file, line;
+} Src;
+
+/*
+** One recorded transfer: cnt chunks from (src, sbuf, sidx) to (dst, dbuf, didx),
+** copied or reduced into the destination (dst = dst (+) src). src == dst is a
+** local copy/reduce. step orders transfers (paper style); chunk-style records
+** inherit the last step seen, so they keep record order.
+*/
+typedef struct {
+  int src, dst, sidx, didx, cnt, step;
+  uint8_t sbuf, dbuf, op;
+  Src at;
+} Xfer;
+
+/*
+** A program: what moves, not when. Buffers are measured in chunks; a rank's
+** buffer is made of blocks of `chunks` chunks each, one block being the
+** collective's per-rank count (AllGather input = 1 block, output = ranks blocks).
+*/
+typedef struct {
+  char name[64];
+  Coll coll;
+  int nranks, gpn;      /* ranks; GPUs per node (for reports) */
+  int chunks;           /* chunks per block */
+  int scratch_chunks;   /* scratch chunks per rank (max used index + 1) */
+  Xfer *xf;
+  int nxf, capxf;
+  char **files;
+  int nfiles;
+  Src at;               /* where the algorithm was defined */
+} Program;
+
+Program *prog_new(const char *name, Coll coll, int nranks, int gpn, int chunks);
+void prog_free(Program *p);
+int prog_file(Program *p, const char *file);   /* intern a file name */
+const char *prog_where(const Program *p, Src at, char *out, size_t n); /* "file:line" */
+int prog_bufchunks(const Program *p, int buf); /* chunks per rank in buffer */
+rcStatus prog_add(Program *p, const Xfer *x, Err *e);
+const char *coll_name(Coll c);
+int coll_parse(const char *s);   /* -1 when unknown */
+const char *buf_name(int b);
+int buf_parse(const char *s);    /* -1 when unknown */
+
+/*
+** A task: one transfer after in-place aliasing, in dependency order. `chunk`
+** is the HPDS chunk key (the destination chunk index); `xf` points back to the
+** Xfer for its source position.
+*/
+typedef struct {
+  int src, dst, sidx, didx, cnt, xf, chunk;
+  uint8_t sbuf, dbuf, op;
+} Task;
+
+/* Resolve a program for in-place or out-of-place execution. Local copies that
+   aliasing turns into self-copies disappear. */
+rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
+
+/* ---------------------------------------------------------------- topo.c */
+
+#define TOPO_MAXHOP 4
+
+typedef enum { LK_NVLINK, LK_NVSWITCH, LK_NIC_TX, LK_NIC_RX } LinkKind;
+
+typedef struct {
+  char name[48];
+  LinkKind kind;
+  double gbps, lat_us; /* bandwidth (GB/s per direction) and latency; the simulator's inputs */
+} Link;
+
+/*
+** A cluster: nnodes nodes of gpn GPUs. Inside a node GPUs meet on an NVSwitch
+** (each ordered pair is its own link) or, for two GPUs, on one NVLink bundle
+** per direction; across nodes a transfer leaves through the sender's NIC and
+** enters through the receiver's (gpus_per_nic GPUs share one). Link ids are
+** computed, not stored, so 1024 ranks cost nothing.
+*/
+typedef struct {
+  char spec[64];
+  char model[16];       /* "a100", "h200", "nvswitch" */
+  int nranks, nnodes, gpn, gpus_per_nic;
+  double intra_gbps, intra_lat_us, nic_gbps, nic_lat_us;
+  int nlinks;
+} Topo;
+
+/* Parse "a100:NxG", "nvswitch:G", "h200:2"; NULL with e set when malformed. */
+Topo *topo_parse(const char *spec, Err *e);
+/* The flat single-node topology used when only ranks= is given. */
+Topo *topo_flat(int nranks);
+void topo_free(Topo *t);
+/* Links a transfer from rank s to rank d occupies; returns how many (0 when s == d). */
+int topo_route(const Topo *t, int s, int d, int out[TOPO_MAXHOP]);
+void topo_link(const Topo *t, int id, Link *out);
+
+/* ----------------------------------------------------------------- dag.c */
+
+typedef struct {
+  Task *t;
+  int n;
+  int nchunk;              /* chunk keys are 0..nchunk-1 */
+  int *link;               /* n * TOPO_MAXHOP, -1 padded */
+  int *pred_off, *pred;    /* CSR: predecessors of task i */
+  int *prank;              /* rank of the location each pred edge is about */
+  int *succ_off, *succ;    /* CSR: successors */
+} Dag;
+
+rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e);
+void dag_free(Dag *d);
+
+/* --------------------------------------------------------------- sched.c */
+
+typedef enum { SK_HPDS, SK_RR } SchedKind;
+
+typedef struct {
+  SchedKind kind;
+  int *order;   /* task ids, global pipeline order */
+  int *slot;    /* per task: its sub-pipeline */
+  int *pos;     /* per task: index into order */
+  int nslots;
+} Sched;
+
+rcStatus sched_run(Sched *s, const Dag *d, SchedKind kind, Err *e);
+void sched_free(Sched *s);
+
+/* --------------------------------------------------------------- lower.c */
+
+typedef enum {
+  PR_SEND,   /* read src, push to connection */
+  PR_RECV,   /* pop, write dst */
+  PR_RRC,    /* recvReduceCopy: dst = dst (+) popped */
+  PR_RCS,    /* recvCopySend: write dst and forward */
+  PR_RRCS,   /* recvReduceCopySend: dst = dst (+) popped, forward dst */
+  PR_COPY,   /* local copy */
+  PR_REDUCE, /* local reduce */
+  NPRIM
+} PrimKind;
+
+typedef struct {
+  int src, dst;
+} Conn;
+
+/*
+** One primitive on one rank. A fused primitive carries two tasks: `tin`
+** arrives on `cin`, `tout` leaves on `cout`. Locals have tin == tout.
+** Reads (rbuf, ridx), writes (wbuf, widx); cnt chunks.
+*/
+typedef struct {
+  uint8_t kind, rbuf, wbuf;
+  int rank, tin, tout, cin, cout, ridx, widx, cnt;
+  int slot, pos;  /* timeline: sub-pipeline, pipeline position */
+  int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
+  int flag;       /* flag posted after each micro-batch, -1 when nobody waits */
+  int wait_off, nwaits; /* waits: prim ids Plan.wait[wait_off .. wait_off+nwaits) */
+} Prim;
+
+/* -------------------------------------------------------------- compile.c */
+
+typedef enum { TB_STATE, TB_CONN } TbPolicy;
+typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
+
+typedef struct {
+  SchedKind sched;
+  TbPolicy tb;
+  int inplace;
+  int fuse;          /* fuse receive-then-forward into one primitive */
+  Stage stop_after;  /* last stage to run */
+} Options;
+
+/* A compiled plan: every stage's result, owned here. */
+typedef struct {
+  const Program *prog;
+  const Topo *topo;
+  Options opt;
+  Dag dag;
+  Sched sched;
+  /* lower.c */
+  Prim *p;
+  int np;
+  Conn *conn;
+  int nconn;
+  int *wait;             /* concatenated wait lists, see Prim.wait_off */
+  char *wait_full;       /* per wait: 1 = wait for every micro-batch (ranges differ) */
+  int nwait;
+  int *task_send, *task_recv; /* per task: prim on src rank / on dst rank */
+  int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
+  int *rank_prims;       /* in pipeline order */
+  int nflags;
+  /* tballoc.c */
+  int *ntb;              /* per rank */
+  int *tb_off;           /* TB (r, b) is tb_prims[tb_off[tb_base[r]+b] .. tb_off[tb_base[r]+b+1]) */
+  int *tb_base;          /* per rank: index of its first TB */
+  int *tb_prims;
+  int ntbs;
+  /* verify.c */
+  int verified;          /* 1 when verify_run passed */
+  int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
+  double stage_ms[NSTAGE];
+} Plan;
+
+rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e);
+void plan_free(Plan *pl);
+const char *stage_name(int s);
+int stage_parse(const char *s);
+int plan_tbs_max(const Plan *pl);
+/* The Src of a task, formatted "file:line". */
+const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
+
+rcStatus lower_run(Plan *pl, Err *e);
+rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+rcStatus verify_run(Plan *pl, Err *e);
+/* Deadlock check alone, with `nmicro` micro-batches and FIFOs of `depth` tiles. */
+rcStatus verify_deadlock(const Plan *pl, int nmicro, int depth, Err *e);
+
+/* Stable text dumps, the golden-test hooks. */
+void dump_stage(const Plan *pl, Stage s, Buf *b);
+const char *prim_name(int k);
+
+/* ---------------------------------------------------------------- emit.c */
+
+typedef enum { EMIT_HOST, EMIT_CUDA } EmitTarget;
+
+/* Template filling: ${name} placeholders, unknown ones are errors. */
+typedef struct {
+  const char *name;
+  const char *value;
+} TplVar;
+rcStatus tpl_fill(Buf *out, const char *tplname, const char *tpl, const TplVar *vars, int nvars, Err *e);
+/* Text of an embedded file of kernels-templates/, NULL when unknown. */
+const char *tpl_text(const char *name);
+
+/* The whole program, every rank, for the host executor or as one CUDA unit. */
+rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e);
+/* One rank's code only (what one GPU needs). */
+void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
+
+/* ----------------------------------------------------------- exec_host.c */
+
+typedef enum { DT_F32, DT_I32, DT_F64, DT_I64, NDTYPE } Dtype;
+typedef enum { RED_SUM, RED_MAX, RED_MIN, RED_PROD, NREDOP } RedOp;
+
+typedef struct {
+  Dtype dtype;
+  RedOp op;
+  size_t count;      /* elements per block (NCCL's count for the collective) */
+  int nmicro;        /* micro-batches */
+  int nslots;        /* FIFO slots per connection */
+  size_t slot_bytes; /* bytes per FIFO slot */
+  int timeout_ms;    /* no progress for this long = stuck */
+  const char *cc;    /* C compiler, default $CC or "cc" */
+} ExecOpts;
+
+typedef struct {
+  double max_err;    /* largest |out - ref| over every checked element */
+  size_t nwrong;     /* elements that differ from the reference */
+  double ms;         /* wall time of the run, compile excluded */
+  char first_wrong[256];
+} ExecResult;
+
+rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
+const char *dtype_name(int d);
+int dtype_parse(const char *s);
+const char *redop_name(int o);
+int redop_parse(const char *s);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+** l_plan.c — compiled plans as Lua userdata.
+**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, stop_after=})
+**       -> plan            when every stage passed
+**       -> plan, msg, code when a stage failed (plan holds the stages before it)
+**       -> nil, msg, code  when nothing could be compiled
+**   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:schedule()
+** A Plan keeps its Program and Topo alive through user values.
+*/
+#include <string.h>
+
+#include "lbind.h"
+
+typedef struct {
+  Plan pl;
+} PlanBox;
+
+static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
+
+static int optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]) {
+  lua_getfield(L, t, k);
+  const char *v = luaL_optstring(L, -1, dflt);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(v, names[i]) == 0) return lua_pop(L, 1), i;
+  return luaL_error(L, "bad option %s='%s'", k, v);
+}
+
+static int optbool(lua_State *L, int t, const char *k, int dflt) {
+  lua_getfield(L, t, k);
+  int v = lua_isnil(L, -1) ? dflt : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_compile(lua_State *L) {
+  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", NULL};
+  static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
+  Program *p = checkprogram(L, 1);
+  Topo *t = checktopo(L, 2);
+  if (lua_isnoneornil(L, 3)) lua_newtable(L), lua_replace(L, 3);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  Options o = {.sched = (SchedKind)optenum(L, 3, "sched", "hpds", scheds),
+               .tb = (TbPolicy)optenum(L, 3, "tb", "state", tbs),
+               .inplace = optbool(L, 3, "inplace", 0), .fuse = optbool(L, 3, "fuse", 1),
+               .stop_after = (Stage)optenum(L, 3, "stop_after", "verify", stages)};
+  PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
+  memset(box, 0, sizeof *box);
+  luaL_setmetatable(L, PLAN_MT);
+  lua_pushvalue(L, 1), lua_setiuservalue(L, -2, 1);
+  lua_pushvalue(L, 2), lua_setiuservalue(L, -2, 2);
+  Err e;
+  if (compile(&box->pl, p, t, &o, &e) == RC_OK) return 1;
+  if (box->pl.reached == 0) lua_pushnil(L), lua_replace(L, -2);
+  lua_pushstring(L, e.msg);
+  lua_pushstring(L, rc_name(e.rc));
+  return 3;
+}
+
+static void setnum(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static void setint(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static int l_plan_report(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  lua_createtable(L, 0, 16);
+  lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
+  lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : "conn"), lua_setfield(L, -2, "tb_policy");
+  lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
+  lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
+  lua_pushstring(L, pl->reached ? stage_name(pl->reached - 1) : "none"), lua_setfield(L, -2, "stage");
+  if (pl->reached > ST_DAG) setint(L, "tasks", pl->dag.n), setint(L, "chunks", pl->dag.nchunk);
+  if (pl->reached > ST_SCHED) setint(L, "subpipelines", pl->sched.nslots);
+  if (pl->reached > ST_LOWER) setint(L, "primitives", pl->np), setint(L, "connections", pl->nconn);
+  if (pl->reached > ST_TB) {
+    setint(L, "tbs_total", pl->ntbs);
+    setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
+    setint(L, "flags", pl->nflags);
+    lua_createtable(L, pl->prog->nranks, 0);
+    for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
+    lua_setfield(L, -2, "tbs_per_rank");
+  }
+  lua_createtable(L, 0, NSTAGE); /* stage times */
+  double total = 0;
+  for (int s = 0; s < pl->reached && s < NSTAGE; s++) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
+  lua_setfield(L, -2, "stage_ms");
+  setnum(L, "compile_ms", total);
+  return 1;
+}
+
+static int l_plan_dump(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  const char *s = luaL_checkstring(L, 2);
+  int st = stage_parse(s);
+  if (st < 0 || st > ST_TB) return luaL_argerror(L, 2, "stage must be dag, sched, lower or tb");
+  if (pl->reached <= st) return luaL_error(L, "stage %s was not reached", s);
+  Buf b;
+  buf_init(&b);
+  dump_stage(pl, (Stage)st, &b);
+  lua_pushlstring(L, b.s ? b.s : "", b.n);
+  buf_free(&b);
+  return 1;
+}
+
+/* plan:emit("host"|"cuda" [, rank]) -> source text */
+static int l_plan_emit(lua_State *L) {
+  static const char *const targets[] = {"host", "cuda", NULL};
+  Plan *pl = &checkplan(L, 1)->pl;
+  EmitTarget tg = (EmitTarget)luaL_checkoption(L, 2, "host", targets);
+  Buf b;
+  buf_init(&b);
+  Err e;
+  rcStatus rc = RC_OK;
+  if (lua_isnoneornil(L, 3)) {
+    double t0 = now_ms();
+    rc = emit_program(pl, tg, &b, &e);
+    pl->stage_ms[ST_EMIT] = now_ms() - t0;
+  } else {
+    lua_Integer r = luaL_checkinteger(L, 3);
+    if (!pl->verified || r < 0 || r >= pl->prog->nranks) return luaL_argerror(L, 3, "no such rank in a verified plan");
+    emit_rank(pl, (int)r, tg, &b);
+  }
+  if (rc != RC_OK) {
+    buf_free(&b);
+    lua_pushstring(L, e.msg);
+    return lua_error(L);
+  }
+  lua_pushlstring(L, b.s ? b.s : "", b.n);
+  buf_free(&b);
+  return 1;
+}
+
+/* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=} */
+static int l_plan_exec(lua_State *L) {
+  static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
+  Plan *pl = &checkplan(L, 1)->pl;
+  if (lua_isnoneornil(L, 2)) lua_newtable(L), lua_replace(L, 2);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
+  ExecOpts o = {.dtype = (Dtype)optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)optenum(L, 2, "op", "sum", ops)};
+  lua_getfield(L, 2, "count");
+  o.count = (size_t)luaL_optinteger(L, -1, 1024);
+  lua_getfield(L, 2, "nmicro");
+  o.nmicro = (int)luaL_optinteger(L, -1, 4);
+  lua_getfield(L, 2, "slots");
+  o.nslots = (int)luaL_optinteger(L, -1, 2);
+  lua_getfield(L, 2, "slot_bytes");
+  o.slot_bytes = (size_t)luaL_optinteger(L, -1, 256);
+  lua_getfield(L, 2, "timeout_ms");
+  o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
+  lua_pop(L, 5);
+  ExecResult r;
+  Err e;
+  if (exec_host(pl, &o, &r, &e) != RC_OK) {
+    lua_pushnil(L);
+    lua_pushstring(L, e.msg);
+    lua_pushstring(L, rc_name(e.rc));
+    return 3;
+  }
+  lua_createtable(L, 0, 4);
+  setnum(L, "max_err", r.max_err);
+  setint(L, "wrong", (lua_Integer)r.nwrong);
+  setnum(L, "ms", r.ms);
+  if (r.nwrong) lua_pushstring(L, r.first_wrong), lua_setfield(L, -2, "first_wrong");
+  return 1;
+}
+
+static int l_plan_tostring(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
+  lua_pushfstring(L, "Plan %s: %s, %d ranks, %d tasks", pl->prog->name, pl->opt.inplace ? "in-place" : "out-of-place",
+                  pl->prog->nranks, pl->reached > ST_DAG ? pl->dag.n : 0);
+  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots,
+                                              pl->opt.sched == SK_HPDS ? "hpds" : "rr");
+  else lua_pushliteral(L, "");
+  if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
+                                           pl->opt.tb == TB_STATE ? "state" : "conn");
+  else lua_pushliteral(L, "");
+  lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
+  lua_concat(L, 4);
+  return 1;
+}
+
+static int l_plan_gc(lua_State *L) {
+  plan_free(&checkplan(L, 1)->pl);
+  return 0;
+}
+
+/* -------------------------------------------------------------- Schedule */
+
+/* plan:schedule() -> a Schedule view; it keeps the plan alive. */
+static int l_plan_schedule(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  if (pl->reached <= ST_SCHED) return luaL_error(L, "plan was not scheduled");
+  lua_newuserdatauv(L, 1, 1); /* stack: plan, view */
+  luaL_setmetatable(L, SCHEDULE_MT);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);
+  return 1;
+}
+
+static Plan *schedplan(lua_State *L) {
+  luaL_checkudata(L, 1, SCHEDULE_MT);
+  lua_getiuservalue(L, 1, 1);
+  Plan *pl = &checkplan(L, -1)->pl;
+  lua_pop(L, 1); /* the view's user value keeps it alive */
+  return pl;
+}
+
+/* schedule:subpipelines() -> { {task, ...}, ... } (task ids from 0) */
+static int l_schedule_subpipelines(lua_State *L) {
+  Plan *pl = schedplan(L);
+  const Sched *s = &pl->sched;
+  lua_createtable(L, s->nslots, 0);
+  for (int k = 0, n = 0; k < pl->dag.n; k++) {
+    int t = s->order[k];
+    if (k == 0 || s->slot[t] != s->slot[s->order[k - 1]]) {
+      if (k) lua_rawseti(L, -2, s->slot[s->order[k - 1]] + 1);
+      lua_newtable(L);
+      n = 0;
+    }
+    lua_pushinteger(L, t), lua_rawseti(L, -2, ++n);
+    if (k == pl->dag.n - 1) lua_rawseti(L, -2, s->slot[t] + 1);
+  }
+  return 1;
+}
+
+static int l_schedule_tostring(lua_State *L) {
+  Plan *pl = schedplan(L);
+  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", pl->opt.sched == SK_HPDS ? "hpds" : "rr",
+                  pl->dag.n, pl->sched.nslots);
+  return 1;
+}
+
+void l_plan_open(lua_State *L) {
+  static const luaL_Reg meta[] = {{"__tostring", l_plan_tostring}, {"__gc", l_plan_gc}, {"__close", l_plan_gc},
+                                  {NULL, NULL}};
+  static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
+                                     {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {NULL, NULL}};
+  static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
+  static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"compile", l_compile}, {NULL, NULL}};
+  l_newclass(L, PLAN_MT, meta, methods);
+  l_newclass(L, SCHEDULE_MT, smeta, smethods);
+  luaL_setfuncs(L, funcs, 0);
+}

@@ -1,0 +1,200 @@
+/*
+** l_program.c — Program and Topo as Lua userdata.
+**   core.program{name=, collective=, ranks=, gpn=, chunks=, file=, line=} -> Program
+**   prog:xfer(src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, level)
+**   core.topo("a100:2x4") -> Topo;  core.topo_flat(ranks) -> Topo
+*/
+#include <string.h>
+
+#include "lbind.h"
+
+Program *checkprogram(lua_State *L, int i) {
+  Program *p = *(Program **)luaL_checkudata(L, i, PROGRAM_MT);
+  if (!p) luaL_argerror(L, i, "program is closed");
+  return p;
+}
+
+Topo *checktopo(lua_State *L, int i) {
+  Topo *t = *(Topo **)luaL_checkudata(L, i, TOPO_MT);
+  if (!t) luaL_argerror(L, i, "topology is closed");
+  return t;
+}
+
+static Program **newprogram(lua_State *L) {
+  Program **box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = NULL; /* a valid empty object first, so __gc is always safe */
+  luaL_setmetatable(L, PROGRAM_MT);
+  return box;
+}
+
+static int field_int(lua_State *L, int t, const char *k, int dflt) {
+  lua_getfield(L, t, k);
+  int isnum, v = (int)lua_tointegerx(L, -1, &isnum);
+  if (lua_isnil(L, -1)) v = dflt;
+  else if (!isnum) luaL_error(L, "program field '%s' must be an integer", k);
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_program_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "name");
+  const char *name = luaL_optstring(L, -1, "program");
+  lua_getfield(L, 1, "collective");
+  const char *coll = luaL_checkstring(L, -1);
+  lua_getfield(L, 1, "file");
+  const char *file = luaL_optstring(L, -1, "?");
+  int c = coll_parse(coll), ranks = field_int(L, 1, "ranks", 0);
+  int gpn = field_int(L, 1, "gpn", ranks), chunks = field_int(L, 1, "chunks", 1), line = field_int(L, 1, "line", 0);
+  if (c < 0) return luaL_error(L, "unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)", coll);
+  if (ranks < 1 || ranks > 1024) return luaL_error(L, "ranks must be 1..1024, got %d", ranks);
+  if (chunks < 1 || chunks > 1 << 16) return luaL_error(L, "chunks must be 1..65536, got %d", chunks);
+  Program **box = newprogram(L); /* stack: def, name, coll, file, prog */
+  *box = prog_new(name, (Coll)c, ranks, gpn, chunks);
+  (*box)->at = (Src){prog_file(*box, file), line};
+  return 1;
+}
+
+static int bufarg(lua_State *L, int i) {
+  if (lua_type(L, i) == LUA_TNUMBER) return (int)luaL_checkinteger(L, i);
+  int b = buf_parse(luaL_checkstring(L, i));
+  return b < 0 ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
+}
+
+/* Record one transfer; errors name the user's line `level` frames up
+   (1 = the direct caller, 0 = the program's definition). */
+static int l_program_xfer(lua_State *L) {
+  Program *p = checkprogram(L, 1);
+  Xfer x = {.src = (int)luaL_checkinteger(L, 2), .sbuf = (uint8_t)bufarg(L, 3), .sidx = (int)luaL_checkinteger(L, 4),
+            .dst = (int)luaL_checkinteger(L, 5), .dbuf = (uint8_t)bufarg(L, 6), .didx = (int)luaL_checkinteger(L, 7),
+            .cnt = (int)luaL_optinteger(L, 8, 1), .step = (int)luaL_optinteger(L, 10, 0)};
+  const char *op = luaL_optstring(L, 9, "copy");
+  if (strcmp(op, "copy") == 0) x.op = OP_COPY;
+  else if (strcmp(op, "reduce") == 0) x.op = OP_REDUCE;
+  else return luaL_argerror(L, 9, "operation must be copy or reduce");
+  int level = (int)luaL_optinteger(L, 11, 1);
+  if (level > 0) {
+    const char *file;
+    l_where(L, level, &file, &x.at.line);
+    x.at.file = prog_file(p, file);
+  } else {
+    x.at = p->at; /* recorded by the DSL itself: blame the definition */
+  }
+  Err e;
+  if (prog_add(p, &x, &e) != RC_OK) {
+    lua_pushstring(L, e.msg);
+    return lua_error(L);
+  }
+  return 0;
+}
+
+static int l_program_info(lua_State *L) {
+  Program *p = checkprogram(L, 1);
+  lua_createtable(L, 0, 8);
+  lua_pushstring(L, p->name), lua_setfield(L, -2, "name");
+  lua_pushstring(L, coll_name(p->coll)), lua_setfield(L, -2, "collective");
+  lua_pushinteger(L, p->nranks), lua_setfield(L, -2, "ranks");
+  lua_pushinteger(L, p->gpn), lua_setfield(L, -2, "gpn");
+  lua_pushinteger(L, p->chunks), lua_setfield(L, -2, "chunks");
+  lua_pushinteger(L, p->nxf), lua_setfield(L, -2, "transfers");
+  lua_pushinteger(L, p->scratch_chunks), lua_setfield(L, -2, "scratch");
+  return 1;
+}
+
+static int l_program_tostring(lua_State *L) {
+  Program *p = *(Program **)luaL_checkudata(L, 1, PROGRAM_MT);
+  if (!p) return lua_pushliteral(L, "Program (closed)"), 1;
+  lua_pushfstring(L, "Program %s: %s on %d ranks, %d chunks per block, %d transfers", p->name, coll_name(p->coll),
+                  p->nranks, p->chunks, p->nxf);
+  return 1;
+}
+
+static int l_program_gc(lua_State *L) {
+  Program **box = luaL_checkudata(L, 1, PROGRAM_MT);
+  prog_free(*box);
+  *box = NULL;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ Topo */
+
+static Topo **newtopo(lua_State *L) {
+  Topo **box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = NULL;
+  luaL_setmetatable(L, TOPO_MT);
+  return box;
+}
+
+static int l_topo_new(lua_State *L) {
+  const char *spec = luaL_checkstring(L, 1);
+  Topo **box = newtopo(L);
+  Err e;
+  *box = topo_parse(spec, &e);
+  if (!*box) return luaL_error(L, "%s", e.msg);
+  return 1;
+}
+
+static int l_topo_flat(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n >= 1 && n <= 1024, 1, "ranks must be 1..1024");
+  Topo **box = newtopo(L);
+  *box = topo_flat((int)n);
+  return 1;
+}
+
+static int l_topo_info(lua_State *L) {
+  Topo *t = checktopo(L, 1);
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, t->spec), lua_setfield(L, -2, "spec");
+  lua_pushstring(L, t->model), lua_setfield(L, -2, "model");
+  lua_pushinteger(L, t->nranks), lua_setfield(L, -2, "ranks");
+  lua_pushinteger(L, t->nnodes), lua_setfield(L, -2, "nodes");
+  lua_pushinteger(L, t->gpn), lua_setfield(L, -2, "gpn");
+  lua_pushinteger(L, t->nlinks), lua_setfield(L, -2, "links");
+  return 1;
+}
+
+/* topo:route(s, d) -> { "nvl:0->1" } : the links a transfer occupies. */
+static int l_topo_route(lua_State *L) {
+  Topo *t = checktopo(L, 1);
+  lua_Integer s = luaL_checkinteger(L, 2), d = luaL_checkinteger(L, 3);
+  luaL_argcheck(L, s >= 0 && s < t->nranks, 2, "rank out of range");
+  luaL_argcheck(L, d >= 0 && d < t->nranks, 3, "rank out of range");
+  int lk[TOPO_MAXHOP], n = topo_route(t, (int)s, (int)d, lk);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    Link l;
+    topo_link(t, lk[i], &l);
+    lua_pushstring(L, l.name);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static int l_topo_tostring(lua_State *L) {
+  Topo *t = *(Topo **)luaL_checkudata(L, 1, TOPO_MT);
+  if (!t) return lua_pushliteral(L, "Topo (closed)"), 1;
+  lua_pushfstring(L, "Topo %s: %d nodes x %d GPUs", t->spec, t->nnodes, t->gpn);
+  return 1;
+}
+
+static int l_topo_gc(lua_State *L) {
+  Topo **box = luaL_checkudata(L, 1, TOPO_MT);
+  topo_free(*box);
+  *box = NULL;
+  return 0;
+}
+
+void l_program_open(lua_State *L) {
+  static const luaL_Reg pmeta[] = {
+    {"__tostring", l_program_tostring}, {"__gc", l_program_gc}, {"__close", l_program_gc}, {NULL, NULL}};
+  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"info", l_program_info}, {NULL, NULL}};
+  static const luaL_Reg tmeta[] = {
+    {"__tostring", l_topo_tostring}, {"__gc", l_topo_gc}, {"__close", l_topo_gc}, {NULL, NULL}};
+  static const luaL_Reg tmethods[] = {{"info", l_topo_info}, {"route", l_topo_route}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {
+    {"program", l_program_new}, {"topo", l_topo_new}, {"topo_flat", l_topo_flat}, {NULL, NULL}};
+  l_newclass(L, PROGRAM_MT, pmeta, pmethods);
+  l_newclass(L, TOPO_MT, tmeta, tmethods);
+  luaL_setfuncs(L, funcs, 0); /* into the module table on top */
+}

@@ -1,0 +1,33 @@
+/*
+** lbind.h — shared declarations of the Lua binding files (l_*.c), the only
+** files that touch the Lua stack. They turn Lua values into core calls and
+** core errors (already "file:line: message") into Lua errors or nil, msg.
+*/
+#ifndef RESCCL_LBIND_H
+#define RESCCL_LBIND_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "core.h"
+
+#define PROGRAM_MT "resccl.Program"
+#define TOPO_MT "resccl.Topo"
+#define PLAN_MT "resccl.Plan"
+#define SCHEDULE_MT "resccl.Schedule"
+
+/* A Program or Topo is a boxed pointer, freed by __gc (NULL once closed). */
+Program *checkprogram(lua_State *L, int i);
+Topo *checktopo(lua_State *L, int i);
+
+/* Make a metatable with __index = methods and the given metamethods. */
+void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
+/* Push "file:line" of the Lua function `level` levels up (0 = caller). */
+void l_where(lua_State *L, int level, const char **file, int *line);
+
+void l_program_open(lua_State *L); /* adds to the module table on top */
+void l_plan_open(lua_State *L);
+
+int luaopen_resccl_core(lua_State *L);
+
+#endif

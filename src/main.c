@@ -1,0 +1,192 @@
+/*
+** main.c — the resccl command: a Lua 5.4 state with resccl.core preloaded,
+** one protected entry (pmain) with a traceback handler, and the REPL.
+** Subcommands are parsed and run by lua/resccl/cli.lua; only the REPL's
+** line editing lives here.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+#include "lbind.h"
+
+#ifdef RESCCL_READLINE
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
+
+static const char *progname = "resccl";
+
+static void report_error(const char *msg) { fprintf(stderr, "%s: %s\n", progname, msg); }
+
+/* Message handler: keep the message, add a traceback when RESCCL_DEBUG is set. */
+static int msghandler(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  if (getenv("RESCCL_DEBUG")) luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+static int docall(lua_State *L, int narg, int nres) {
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, msghandler);
+  lua_insert(L, base);
+  int status = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return status;
+}
+
+static int isdir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* package.path: $RESCCL_LUA_DIR, else the source tree, else the install prefix. */
+static void setpath(lua_State *L) {
+  const char *dir = getenv("RESCCL_LUA_DIR");
+  if (!dir || !isdir(dir)) dir = isdir(RESCCL_LUA_DIR_BUILD) ? RESCCL_LUA_DIR_BUILD : RESCCL_LUA_DIR_INSTALL;
+  lua_getglobal(L, "package");
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
+  lua_getfield(L, -2, "path");
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, luaopen_resccl_core);
+  lua_setfield(L, -2, "resccl.core");
+  lua_pop(L, 2);
+}
+
+/* ------------------------------------------------------------------ REPL */
+
+static char *readline_(const char *prompt) {
+#ifdef RESCCL_READLINE
+  char *l = readline(prompt);
+  if (l && *l) add_history(l);
+  return l;
+#else
+  static char buf[4096];
+  fputs(prompt, stdout);
+  fflush(stdout);
+  if (!fgets(buf, sizeof buf, stdin)) return NULL;
+  buf[strcspn(buf, "\n")] = '\0';
+  char *l = malloc(strlen(buf) + 1);
+  return l ? strcpy(l, buf) : NULL;
+#endif
+}
+
+/* A chunk is incomplete when the parser stopped at the end of input. */
+static int incomplete(lua_State *L, int status) {
+  if (status == LUA_ERRSYNTAX) {
+    size_t lmsg;
+    const char *msg = lua_tolstring(L, -1, &lmsg);
+    if (lmsg >= 5 && strcmp(msg + lmsg - 5, "<eof>") == 0) return lua_pop(L, 1), 1;
+  }
+  return 0;
+}
+
+/* Read one statement, possibly over several lines; echo expressions. */
+static int loadline(lua_State *L, char **line) {
+  const char *code = lua_pushfstring(L, "return %s", *line);
+  int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
+  lua_remove(L, -2);
+  if (status == LUA_OK) return status;
+  lua_pop(L, 1);
+  Buf b;
+  buf_init(&b);
+  buf_puts(&b, *line);
+  for (;;) {
+    status = luaL_loadbuffer(L, b.s, b.n, "=stdin");
+    if (!incomplete(L, status)) break;
+    char *more = readline_(">> ");
+    if (!more) break;
+    buf_puts(&b, "\n");
+    buf_puts(&b, more);
+    free(more);
+  }
+  free(*line);
+  *line = b.s; /* the caller frees it */
+  return status;
+}
+
+static void print_results(lua_State *L, int base) {
+  int n = lua_gettop(L) - base;
+  if (n == 0) return;
+  lua_getglobal(L, "print");
+  lua_insert(L, base + 1);
+  if (lua_pcall(L, n, 0, 0) != LUA_OK) report_error(lua_tostring(L, -1)), lua_pop(L, 1);
+}
+
+static void repl(lua_State *L) {
+  printf("resccl %s REPL (Lua 5.4); the DSL is `resccl`, the core `core`; Ctrl-D to leave\n", RESCCL_VERSION);
+  /* Globals for the explorer: resccl (the DSL) and core. */
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "resccl");
+  if (docall(L, 1, 1) == LUA_OK) lua_setglobal(L, "resccl");
+  else report_error(lua_tostring(L, -1)), lua_pop(L, 1);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "resccl.core");
+  if (docall(L, 1, 1) == LUA_OK) lua_setglobal(L, "core");
+  else lua_pop(L, 1);
+  char *line;
+  while ((line = readline_("> ")) != NULL) {
+    int base = lua_gettop(L);
+    int status = loadline(L, &line);
+    free(line);
+    if (status == LUA_OK) status = docall(L, 0, LUA_MULTRET);
+    if (status == LUA_OK) print_results(L, base);
+    else report_error(lua_tostring(L, -1)), lua_settop(L, base);
+  }
+  putchar('\n');
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int pmain(lua_State *L) {
+  int argc = (int)lua_tointeger(L, 1);
+  char **argv = lua_touserdata(L, 2);
+  luaL_openlibs(L);
+  setpath(L);
+  if (argc >= 2 && strcmp(argv[1], "repl") == 0) {
+    repl(L);
+    lua_pushinteger(L, 0);
+    return 1;
+  }
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "resccl.cli");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc, 0);
+  for (int i = 1; i < argc; i++) lua_pushstring(L, argv[i]), lua_rawseti(L, -2, i);
+  lua_call(L, 1, 1); /* errors propagate to docall's handler */
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argv[0] && argv[0][0]) progname = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+  lua_State *L = luaL_newstate();
+  if (!L) return report_error("cannot create a Lua state: not enough memory"), 1;
+  lua_pushcfunction(L, pmain);
+  lua_pushinteger(L, argc);
+  lua_pushlightuserdata(L, argv);
+  int status = docall(L, 2, 1), code = 0;
+  if (status != LUA_OK) {
+    static const char *const kinds[] = {"", "", "error", "syntax error", "out of memory", "error in error handling"};
+    const char *msg = lua_tostring(L, -1);
+    report_error(msg ? msg : kinds[status < 6 ? status : 2]);
+    code = status == LUA_ERRSYNTAX ? 3 : status == LUA_ERRMEM ? 4 : 1;
+  } else {
+    code = (int)lua_tointeger(L, -1);
+  }
+  fflush(stdout);
+  lua_close(L);
+  return code;
+}

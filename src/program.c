@@ -1,0 +1,165 @@
+/*
+** program.c — the Program: ranks, buffers measured in chunks, and the list of
+** recorded transfers with their source positions. prog_tasks resolves a
+** program for one buffer placement (in-place or out-of-place) into Tasks, the
+** input of the DAG stage.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static const char *const coll_names[NCOLL] = {"allgather", "reducescatter", "allreduce", "alltoall"};
+static const char *const buf_names[NBUF] = {"input", "output", "scratch"};
+
+const char *coll_name(Coll c) { return (unsigned)c < NCOLL ? coll_names[c] : "?"; }
+
+int coll_parse(const char *s) {
+  for (int i = 0; i < NCOLL; i++)
+    if (strcmp(s, coll_names[i]) == 0) return i;
+  if (strcmp(s, "reduce_scatter") == 0) return COLL_REDUCESCATTER; /* MSCCL's spelling */
+  return -1;
+}
+
+const char *buf_name(int b) { return (unsigned)b < NBUF ? buf_names[b] : "?"; }
+
+int buf_parse(const char *s) {
+  for (int i = 0; i < NBUF; i++)
+    if (strcmp(s, buf_names[i]) == 0) return i;
+  return -1;
+}
+
+Program *prog_new(const char *name, Coll coll, int nranks, int gpn, int chunks) {
+  Program *p = xcalloc(1, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->coll = coll;
+  p->nranks = nranks;
+  p->gpn = gpn;
+  p->chunks = chunks;
+  return p;
+}
+
+void prog_free(Program *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nfiles; i++) free(p->files[i]);
+  free(p->files);
+  free(p->xf);
+  free(p);
+}
+
+/* Intern a file name; transfers refer to it by index. */
+int prog_file(Program *p, const char *file) {
+  for (int i = p->nfiles - 1; i >= 0; i--)
+    if (strcmp(p->files[i], file) == 0) return i;
+  p->files = xrealloc(p->files, (size_t)(p->nfiles + 1) * sizeof *p->files);
+  p->files[p->nfiles] = strcpy(xmalloc(strlen(file) + 1), file);
+  return p->nfiles++;
+}
+
+const char *prog_where(const Program *p, Src at, char *out, size_t n) {
+  if (at.file >= 0 && at.file < p->nfiles)
+    snprintf(out, n, "%s:%d", p->files[at.file], at.line);
+  else
+    snprintf(out, n, "%s", p->name);
+  return out;
+}
+
+/* Chunks per rank in each buffer, as MSCCL's collectives size them. */
+int prog_bufchunks(const Program *p, int buf) {
+  int c = p->chunks, r = p->nranks;
+  switch (buf) {
+  case BUF_INPUT:
+    return p->coll == COLL_REDUCESCATTER || p->coll == COLL_ALLTOALL ? r * c : c;
+  case BUF_OUTPUT:
+    return p->coll == COLL_ALLGATHER || p->coll == COLL_ALLTOALL ? r * c : c;
+  default:
+    return p->scratch_chunks;
+  }
+}
+
+/* Validate and append one transfer; the message blames the transfer's line. */
+rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
+  char at[300];
+  prog_where(p, x->at, at, sizeof at);
+  if (x->src < 0 || x->src >= p->nranks)
+    return err_set(e, RC_EINVAL, "%s: source rank %d out of range (program has %d ranks)", at, x->src, p->nranks);
+  if (x->dst < 0 || x->dst >= p->nranks)
+    return err_set(e, RC_EINVAL, "%s: destination rank %d out of range (program has %d ranks)", at, x->dst,
+                   p->nranks);
+  if (x->cnt < 1) return err_set(e, RC_EINVAL, "%s: chunk count %d must be at least 1", at, x->cnt);
+  if (x->sbuf >= NBUF || x->dbuf >= NBUF) return err_set(e, RC_EINVAL, "%s: unknown buffer", at);
+  if (x->op != OP_COPY && x->op != OP_REDUCE) return err_set(e, RC_EINVAL, "%s: unknown operation", at);
+  const int b[2] = {x->sbuf, x->dbuf}, idx[2] = {x->sidx, x->didx};
+  for (int k = 0; k < 2; k++) {
+    int size = prog_bufchunks(p, b[k]);
+    if (idx[k] < 0 || (b[k] != BUF_SCRATCH && idx[k] + x->cnt > size))
+      return err_set(e, RC_EINVAL, "%s: %s chunk %d%s out of range (%s has %d chunks per rank)", at,
+                     buf_name(b[k]), idx[k], x->cnt > 1 ? "+count" : "", buf_name(b[k]), size);
+  }
+  if (x->src == x->dst && x->sbuf == x->dbuf && x->sidx < x->didx + x->cnt && x->didx < x->sidx + x->cnt &&
+      !(x->sidx == x->didx && x->op == OP_COPY))
+    return err_set(e, RC_EINVAL, "%s: source and destination overlap on rank %d", at, x->src);
+  for (int k = 0; k < 2; k++)
+    if (b[k] == BUF_SCRATCH && idx[k] + x->cnt > p->scratch_chunks) p->scratch_chunks = idx[k] + x->cnt;
+  VEC_PUSH(p->xf, p->nxf, p->capxf, *x);
+  return RC_OK;
+}
+
+/*
+** In-place placement aliases one buffer onto a part of the other, exactly as
+** NCCL lays out in-place calls (and MSCCL's get_buffer_index):
+**   allgather:     input chunk j of rank r  = output chunk r*C + j
+**   reducescatter: output chunk j of rank r = input chunk r*C + j
+**   allreduce, alltoall: input = output
+*/
+static void alias(const Program *p, int rank, uint8_t *buf, int *idx) {
+  switch (p->coll) {
+  case COLL_ALLGATHER:
+    if (*buf == BUF_INPUT) *buf = BUF_OUTPUT, *idx += rank * p->chunks;
+    break;
+  case COLL_REDUCESCATTER:
+    if (*buf == BUF_OUTPUT) *buf = BUF_INPUT, *idx += rank * p->chunks;
+    break;
+  default:
+    if (*buf == BUF_INPUT) *buf = BUF_OUTPUT;
+    break;
+  }
+}
+
+static const Xfer *sort_base;
+static int by_step(const void *a, const void *b) {
+  const Xfer *x = sort_base + *(const int *)a, *y = sort_base + *(const int *)b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  return *(const int *)a - *(const int *)b; /* stable: record order */
+}
+
+/*
+** Tasks in dependency order: by step, then record order. Paper-style loops
+** record rank by rank, so record order alone would read chunks before the
+** step that delivers them.
+*/
+rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e) {
+  (void)e;
+  int *ord = xmalloc((size_t)p->nxf * sizeof *ord);
+  for (int i = 0; i < p->nxf; i++) ord[i] = i;
+  sort_base = p->xf;
+  qsort(ord, (size_t)p->nxf, sizeof *ord, by_step);
+  Task *t = xmalloc((size_t)p->nxf * sizeof *t);
+  int k = 0;
+  for (int i = 0; i < p->nxf; i++) {
+    const Xfer *x = &p->xf[ord[i]];
+    Task tk = {.src = x->src, .dst = x->dst, .sidx = x->sidx, .didx = x->didx, .cnt = x->cnt,
+               .xf = ord[i], .chunk = x->didx, .sbuf = x->sbuf, .dbuf = x->dbuf, .op = x->op};
+    if (inplace) {
+      alias(p, tk.src, &tk.sbuf, &tk.sidx);
+      alias(p, tk.dst, &tk.dbuf, &tk.didx);
+    }
+    if (tk.src == tk.dst && tk.sbuf == tk.dbuf && tk.sidx == tk.didx && tk.op == OP_COPY) continue;
+    t[k++] = tk;
+  }
+  free(ord);
+  *out = t;
+  *n = k;
+  return RC_OK;
+}

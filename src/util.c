@@ -1,0 +1,104 @@
+/*
+** util.c — status names, errors, allocation, growable buffers, a clock.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+static const char *const rc_names[] = {
+  "ok", "out of memory", "invalid argument", "bad topology", "verification failed",
+  "deadlock", "bad size", "execution failed", "timeout", "bad template",
+};
+
+const char *rc_name(rcStatus rc) {
+  return (unsigned)rc < sizeof rc_names / sizeof *rc_names ? rc_names[rc] : "unknown error";
+}
+
+/* Record an error; returns rc so callers can `return err_set(...)`. */
+rcStatus err_set(Err *e, rcStatus rc, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->rc = rc;
+  }
+  return rc;
+}
+
+void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) {
+    fputs("resccl: out of memory\n", stderr);
+    abort();
+  }
+  return p;
+}
+
+void *xcalloc(size_t n, size_t sz) {
+  void *p = calloc(n ? n : 1, sz ? sz : 1);
+  if (!p) {
+    fputs("resccl: out of memory\n", stderr);
+    abort();
+  }
+  return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) {
+    fputs("resccl: out of memory\n", stderr);
+    abort();
+  }
+  return p;
+}
+
+double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void buf_init(Buf *b) { memset(b, 0, sizeof *b); }
+
+void buf_free(Buf *b) {
+  free(b->s);
+  buf_init(b);
+}
+
+void buf_add(Buf *b, const char *s, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + n + 1) cap *= 2;
+    b->s = xrealloc(b->s, cap);
+    b->cap = cap;
+  }
+  memcpy(b->s + b->n, s, n);
+  b->n += n;
+  b->s[b->n] = '\0';
+}
+
+void buf_puts(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+void buf_printf(Buf *b, const char *fmt, ...) {
+  char small[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n < sizeof small) {
+    buf_add(b, small, (size_t)n);
+    return;
+  }
+  char *big = xmalloc((size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(big, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  buf_add(b, big, (size_t)n);
+  free(big);
+}
