@@ -177,6 +177,22 @@ static inline int rx_recv(RxCtx *x, int cin, int cout, int buf, int idx, int cnt
   return 0;
 }
 
+/* Copy (rbuf, ridx) to (wbuf, widx) and send the same tile on cout. */
+static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
+  size_t slo, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, ridx, cnt, m, &slo, &n);
+  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    char *s = rx_slot_out(x, cout);
+    if (!s) return 1;
+    memmove(rx_at(x, wbuf, dlo + k), rx_at(x, rbuf, slo + k), w * es);
+    memcpy(s, rx_at(x, wbuf, dlo + k), w * es);
+    rx_push(x, cout);
+  }
+  return 0;
+}
+
 static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int cnt, int m, int reduce) {
   size_t slo, sn, dlo, dn;
   rx_tile(x->run, ridx, cnt, m, &slo, &sn);
@@ -199,6 +215,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int
 #define RX_RRC(c, b, i, n) do { if (rx_recv(x, c, -1, b, i, n, m, 1)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 0)) return; } while (0)
 #define RX_RRCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 1)) return; } while (0)
+#define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 0)
 #define RX_REDUCE(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 1)
 #define RX_RANK_BEGIN(r) static const RxTbFn rx_rank_##r[] = {

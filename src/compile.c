@@ -48,9 +48,9 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
     pl->stage_ms[ST_VERIFY] += now_ms() - t0;
     /* Fusion ties a receive and a send to one TB; when that closes a cycle
        between ranks, the plan without fusion is the one to keep. */
-    if (rc == RC_EDEADLOCK && pl->opt.fuse) {
+    if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO) {
       unlower(pl);
-      pl->opt.fuse = 0;
+      pl->opt.fuse = FUSE_NEVER;
       pl->reached = ST_SCHED + 1;
       continue;
     }

@@ -184,6 +184,7 @@ typedef struct {
   int *link;               /* n * TOPO_MAXHOP, -1 padded */
   int *pred_off, *pred;    /* CSR: predecessors of task i */
   int *prank;              /* rank of the location each pred edge is about */
+  char *pfull;             /* 1: the successor needs all of the predecessor (chunk ranges differ) */
   int *succ_off, *succ;    /* CSR: successors */
 } Dag;
 
@@ -213,6 +214,7 @@ typedef enum {
   PR_RRC,    /* recvReduceCopy: dst = dst (+) popped */
   PR_RCS,    /* recvCopySend: write dst and forward */
   PR_RRCS,   /* recvReduceCopySend: dst = dst (+) popped, forward dst */
+  PR_CS,     /* copySend: local copy and send of the copied chunk */
   PR_COPY,   /* local copy */
   PR_REDUCE, /* local reduce */
   NPRIM
@@ -239,13 +241,14 @@ typedef struct {
 /* -------------------------------------------------------------- compile.c */
 
 typedef enum { TB_STATE, TB_CONN } TbPolicy;
+typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
 typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
 
 typedef struct {
   SchedKind sched;
   TbPolicy tb;
   int inplace;
-  int fuse;          /* fuse receive-then-forward into one primitive */
+  int fuse;          /* FUSE_NEVER, FUSE_AUTO (drop fusion if it deadlocks), FUSE_ALWAYS */
   Stage stop_after;  /* last stage to run */
 } Options;
 

@@ -19,6 +19,21 @@ typedef struct {
   int task, rank;
 } Edge;
 
+/*
+** A hazard is per micro-batch only when both tasks touch the shared memory with
+** the same chunk range on that rank: then tile m of one is tile m of the
+** other. Otherwise the later task needs the whole of the earlier one.
+*/
+static int same_tiles(const Task *a, const Task *b, int r) {
+  int ab[2][3] = {{a->sbuf, a->sidx, a->src == r}, {a->dbuf, a->didx, a->dst == r}};
+  int bb[2][3] = {{b->sbuf, b->sidx, b->src == r}, {b->dbuf, b->didx, b->dst == r}};
+  if (a->cnt != b->cnt) return 0;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      if (ab[i][2] && bb[j][2] && ab[i][0] == bb[j][0] && ab[i][1] == bb[j][1]) return 1;
+  return 0;
+}
+
 static int edge_cmp(const void *a, const void *b) {
   const Edge *x = a, *y = b;
   if (x->task != y->task) return x->task - y->task;
@@ -41,7 +56,8 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
   Edge *tmp = NULL;
   int ntmp = 0, captmp = 0;
   d->pred_off = xmalloc(((size_t)n + 1) * sizeof(int));
-  int *pred = NULL, *prank = NULL, npred = 0, cappred = 0, cappr = 0, npr = 0;
+  int *pred = NULL, *prank = NULL, npred = 0, cappred = 0, cappr = 0, npr = 0, npf = 0, cappf = 0;
+  char *pfull = NULL;
   d->link = xmalloc((size_t)n * TOPO_MAXHOP * sizeof(int));
   d->nchunk = 0;
 
@@ -67,7 +83,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
       tk->chunk = key[sbase];
     else if (tk->op == OP_REDUCE && lastw[dbase] >= 0)
       tk->chunk = key[dbase];
-    if (tk->chunk >= d->nchunk) d->nchunk = tk->chunk + 1;
+    if (tk->chunk + tk->cnt > d->nchunk) d->nchunk = tk->chunk + tk->cnt;
     /* Update: readers of the source, then the destination's new writer. */
     for (int c = 0; c < tk->cnt; c++) {
       VEC_PUSH(rd, nrd, caprd, ((Reader){i, head[sbase + c]}));
@@ -76,7 +92,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
     for (int c = 0; c < tk->cnt; c++) {
       lastw[dbase + c] = i;
       head[dbase + c] = -1;
-      key[dbase + c] = tk->chunk;
+      key[dbase + c] = tk->cnt == 1 ? tk->chunk : tk->didx + c; /* a block copy keeps each chunk's own key */
     }
     qsort(tmp, (size_t)ntmp, sizeof *tmp, edge_cmp);
     d->pred_off[i] = npred;
@@ -84,6 +100,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
       if (k > 0 && tmp[k].task == tmp[k - 1].task && tmp[k].rank == tmp[k - 1].rank) continue;
       VEC_PUSH(pred, npred, cappred, tmp[k].task);
       VEC_PUSH(prank, npr, cappr, tmp[k].rank);
+      VEC_PUSH(pfull, npf, cappf, (char)!same_tiles(&d->t[tmp[k].task], tk, tmp[k].rank));
     }
     int *lk = d->link + (size_t)i * TOPO_MAXHOP;
     int nl = topo_route(t, tk->src, tk->dst, lk);
@@ -92,6 +109,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
   d->pred_off[n] = npred;
   d->pred = pred;
   d->prank = prank;
+  d->pfull = pfull;
   free(lastw), free(head), free(key), free(rd), free(tmp);
 
   /* Successors: the transposed CSR. */
@@ -108,7 +126,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
 }
 
 void dag_free(Dag *d) {
-  free(d->t), free(d->link), free(d->pred_off), free(d->pred), free(d->prank);
+  free(d->t), free(d->link), free(d->pred_off), free(d->pred), free(d->prank), free(d->pfull);
   free(d->succ_off), free(d->succ);
   memset(d, 0, sizeof *d);
 }

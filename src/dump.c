@@ -7,7 +7,7 @@
 
 #include "core.h"
 
-static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "copy", "reduce"};
+static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "cs", "copy", "reduce"};
 
 const char *prim_name(int k) { return (unsigned)k < NPRIM ? prim_names[k] : "?"; }
 
@@ -64,7 +64,7 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
   if (p->cin >= 0) buf_printf(b, " from r%d", pl->conn[p->cin].src);
   if (p->cout >= 0) buf_printf(b, " to r%d", pl->conn[p->cout].dst);
   buf_puts(b, " ");
-  if (p->kind == PR_SEND || p->kind == PR_COPY || p->kind == PR_REDUCE) {
+  if (p->kind == PR_SEND || p->kind == PR_CS || p->kind == PR_COPY || p->kind == PR_REDUCE) {
     loc(b, p->rbuf, p->ridx, p->cnt);
     if (p->kind != PR_SEND) buf_puts(b, p->kind == PR_REDUCE ? " +> " : " -> ");
   }

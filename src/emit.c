@@ -30,6 +30,10 @@ static void emit_prim(const Plan *pl, int i, Buf *b) {
     buf_printf(b, "    RX_%s(%d, %d, %s, %d, %d);\n", p->kind == PR_RCS ? "RCS" : "RRCS", p->cin, p->cout,
                bufc[p->wbuf], p->widx, p->cnt);
     break;
+  case PR_CS:
+    buf_printf(b, "    RX_CS(%d, %s, %d, %s, %d, %d);\n", p->cout, bufc[p->rbuf], p->ridx, bufc[p->wbuf], p->widx,
+               p->cnt);
+    break;
   default:
     buf_printf(b, "    RX_%s(%s, %d, %s, %d, %d);\n", p->kind == PR_COPY ? "COPY" : "REDUCE", bufc[p->rbuf], p->ridx,
                bufc[p->wbuf], p->widx, p->cnt);

@@ -35,13 +35,14 @@ static int optbool(lua_State *L, int t, const char *k, int dflt) {
 static int l_compile(lua_State *L) {
   static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", NULL};
   static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
+  static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
   if (lua_isnoneornil(L, 3)) lua_newtable(L), lua_replace(L, 3);
   luaL_checktype(L, 3, LUA_TTABLE);
   Options o = {.sched = (SchedKind)optenum(L, 3, "sched", "hpds", scheds),
                .tb = (TbPolicy)optenum(L, 3, "tb", "state", tbs),
-               .inplace = optbool(L, 3, "inplace", 0), .fuse = optbool(L, 3, "fuse", 1),
+               .inplace = optbool(L, 3, "inplace", 0), .fuse = optenum(L, 3, "fuse", "auto", fuses),
                .stop_after = (Stage)optenum(L, 3, "stop_after", "verify", stages)};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
@@ -73,6 +74,7 @@ static int l_plan_report(lua_State *L) {
   lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : "conn"), lua_setfield(L, -2, "tb_policy");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
+  lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
   lua_pushstring(L, pl->reached ? stage_name(pl->reached - 1) : "none"), lua_setfield(L, -2, "stage");
   if (pl->reached > ST_DAG) setint(L, "tasks", pl->dag.n), setint(L, "chunks", pl->dag.nchunk);
   if (pl->reached > ST_SCHED) setint(L, "subpipelines", pl->sched.nslots);

@@ -1,9 +1,10 @@
 /*
 ** lower.c — tasks to primitives. Each task becomes a send on its source rank
 ** and a recv (copy) or recvReduceCopy (reduce) on its destination; a local
-** task is one copy or reduce. Where a received chunk is forwarded unchanged in
-** the same sub-pipeline, the receive and the send fuse into recvCopySend or
-** recvReduceCopySend on one TB, so the chunk leaves as it arrives.
+** task is one copy or reduce. Where a chunk that arrives (by a receive or a
+** local copy) is forwarded in the same sub-pipeline, arrival and send fuse
+** into recvCopySend, recvReduceCopySend or copySend on one TB, so the chunk
+** leaves as it arrives.
 **
 ** Out: Plan.p (primitives, pipeline order), Plan.conn (one connection per
 ** ordered rank pair that carries data), per-rank primitive lists, and the
@@ -25,12 +26,14 @@ static int prim_at(const Plan *pl, int t, int r) {
   return pl->dag.t[t].src == r ? pl->task_send[t] : pl->task_recv[t];
 }
 
-/* Can the receive of t fuse with the send of u (u forwards what t wrote)? */
+/* Can the arrival of t (a receive, or a local copy) fuse with the send of u,
+   which forwards what t wrote? */
 static int fusable(const Plan *pl, int t, int u, const char *fused) {
   const Dag *d = &pl->dag;
   const Task *a = &d->t[t], *b = &d->t[u];
   if (b->src != a->dst || b->dst == b->src || b->sbuf != a->dbuf || b->sidx != a->didx || b->cnt != a->cnt)
     return 0;
+  if (a->src == a->dst && a->op != OP_COPY) return 0;
   if (pl->sched.slot[u] != pl->sched.slot[t] || fused[pl->task_send[u]]) return 0;
   /* Every other predecessor of u on this rank must come before t's receive. */
   for (int k = d->pred_off[u]; k < d->pred_off[u + 1]; k++) {
@@ -43,21 +46,6 @@ static int fusable(const Plan *pl, int t, int u, const char *fused) {
 typedef struct {
   int prim, on, full;
 } Wait;
-
-/*
-** A wait is per micro-batch only when both tasks touch the shared memory with
-** the same chunk range on that rank: then tile m of one is tile m of the
-** other. Otherwise the waiter needs the whole of the other task.
-*/
-static int same_tiles(const Task *a, const Task *b, int r) {
-  int ab[2][3] = {{a->sbuf, a->sidx, a->src == r}, {a->dbuf, a->didx, a->dst == r}};
-  int bb[2][3] = {{b->sbuf, b->sidx, b->src == r}, {b->dbuf, b->didx, b->dst == r}};
-  if (a->cnt != b->cnt) return 0;
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 2; j++)
-      if (ab[i][2] && bb[j][2] && ab[i][0] == bb[j][0] && ab[i][1] == bb[j][1]) return 1;
-  return 0;
-}
 
 static int wait_cmp(const void *x, const void *y) {
   const Wait *a = x, *b = y;
@@ -105,7 +93,6 @@ rcStatus lower_run(Plan *pl, Err *e) {
   if (pl->opt.fuse)
     for (int k = 0; k < n; k++) {
       int t = s->order[k];
-      if (d->t[t].src == d->t[t].dst) continue;
       int best = -1;
       for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
         int u = d->succ[j];
@@ -113,7 +100,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
       }
       if (best < 0) continue;
       Prim *r = &pl->p[pl->task_recv[t]];
-      r->kind = r->kind == PR_RRC ? PR_RRCS : PR_RCS;
+      r->kind = r->kind == PR_RRC ? PR_RRCS : r->kind == PR_COPY ? PR_CS : PR_RCS;
       r->tout = best;
       r->cout = pl->p[pl->task_send[best]].cout;
       gone[pl->task_send[best]] = 1;
@@ -148,7 +135,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
     for (int k = d->pred_off[b]; k < d->pred_off[b + 1]; k++) {
       int a = d->pred[k], r = d->prank[k];
       int pa = prim_at(pl, a, r), pb = prim_at(pl, b, r);
-      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa, !same_tiles(&d->t[a], &d->t[b], r)}));
+      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa, d->pfull[k]}));
     }
   qsort(w, (size_t)nw, sizeof *w, wait_cmp);
   pl->wait = xmalloc(((size_t)nw + 1) * sizeof(int));

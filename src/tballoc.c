@@ -5,11 +5,12 @@
 ** (task-level execution). Connections stay on one TB per rank, so both ends
 ** see a connection's tasks in the same order; a fused primitive ties its two
 ** connections together. Such a group of connections (or one local primitive)
-** is a unit; its activity is the interval of sub-pipelines in which it has work.
+** is a unit; its activity is the set of sub-pipelines in which it has work.
 **
-** State-based (the paper's §4.4): units whose intervals never overlap share a
-** TB. Greedy colouring by start time is optimal for intervals, so the number
-** of TBs on a rank is the largest number of units active in one sub-pipeline.
+** State-based (the paper's §4.4): units whose activities never intersect share
+** a TB. Units are coloured greedily in order of their first activity, each
+** taking the lowest TB that is idle in all of its sub-pipelines. A TB runs
+** its primitives in pipeline order whatever units they come from.
 ** Connection-based (MSCCL): one TB per unit, plus one for a rank's local copies.
 **
 ** Then each TB's program is its primitives in pipeline order; waits between
@@ -26,12 +27,12 @@ static int uf_find(int *up, int x) {
 }
 
 typedef struct {
-  int unit, lo, hi;
-} Span;
+  int unit, first;
+} Unit;
 
-static int span_cmp(const void *a, const void *b) {
-  const Span *x = a, *y = b;
-  if (x->lo != y->lo) return x->lo - y->lo;
+static int unit_cmp(const void *a, const void *b) {
+  const Unit *x = a, *y = b;
+  if (x->first != y->first) return x->first - y->first;
   return x->unit - y->unit;
 }
 
@@ -49,53 +50,66 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     if (a >= 0 && b >= 0) up[uf_find(up, a)] = uf_find(up, b);
     unit[i] = a >= 0 ? a : b >= 0 ? b : 2 * nc + i;
   }
-  int *lo = xmalloc(((size_t)nu + 1) * sizeof *lo), *hi = xmalloc(((size_t)nu + 1) * sizeof *hi);
-  for (int i = 0; i < nu; i++) lo[i] = hi[i] = -1;
+  /* Each unit's active sub-pipelines, as a list per unit (CSR, sorted). */
+  int *first = xmalloc(((size_t)nu + 1) * sizeof *first), *uoff = xcalloc((size_t)nu + 2, sizeof *uoff);
+  for (int i = 0; i < nu; i++) first[i] = -1;
   for (int i = 0; i < np; i++) {
-    int u = unit[i] = uf_find(up, unit[i]), sl = pl->p[i].slot;
-    if (lo[u] < 0 || sl < lo[u]) lo[u] = sl;
-    if (sl > hi[u]) hi[u] = sl;
+    int u = unit[i] = uf_find(up, unit[i]);
+    if (first[u] < 0) first[u] = pl->p[i].slot; /* prims are in pipeline order */
+    uoff[u + 2]++;
   }
+  for (int i = 0; i < nu; i++) uoff[i + 2] += uoff[i + 1];
+  int *uslots = xmalloc(((size_t)np + 1) * sizeof *uslots);
+  for (int i = 0; i < np; i++) uslots[uoff[unit[i] + 1]++] = pl->p[i].slot;
 
+  int ns = pl->sched.nslots;
   int *tbof = xmalloc(((size_t)nu + 1) * sizeof *tbof);
   pl->ntb = xcalloc((size_t)R + 1, sizeof(int));
   pl->tb_base = xcalloc((size_t)R + 1, sizeof(int));
-  Span *sp = NULL;
-  int *tbend = NULL, captb = 0;
-  int nsp = 0, capsp = 0;
+  Unit *us = NULL;
+  int nus = 0, capus = 0, capbusy = 0;
+  int *busy = NULL; /* busy[b * ns + s]: the unit stamp using TB b in sub-pipeline s */
   for (int r = 0; r < R; r++) {
-    nsp = 0;
+    nus = 0;
     for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) {
-      int i = pl->rank_prims[k], u = unit[i];
-      if (lo[u] >= 0) {
-        VEC_PUSH(sp, nsp, capsp, ((Span){u, lo[u], hi[u]}));
-        lo[u] = -1 - lo[u]; /* mark listed; restored below */
+      int u = unit[pl->rank_prims[k]];
+      if (first[u] >= 0) {
+        VEC_PUSH(us, nus, capus, ((Unit){u, first[u]}));
+        first[u] = -1 - first[u]; /* listed once */
       }
     }
-    for (int k = 0; k < nsp; k++) lo[sp[k].unit] = sp[k].lo;
-    qsort(sp, (size_t)nsp, sizeof *sp, span_cmp);
+    qsort(us, (size_t)nus, sizeof *us, unit_cmp);
     int ntb = 0, localtb = -1;
-    for (int k = 0; k < nsp; k++) {
-      int b = -1;
+    for (int k = 0; k < nus; k++) {
+      int u = us[k].unit, b = -1;
       if (pol == TB_STATE) {
-        for (int j = 0; j < ntb && b < 0; j++)
-          if (tbend[j] < sp[k].lo) b = j;
-      } else if (sp[k].unit >= 2 * nc) {
+        for (int j = 0; j < ntb && b < 0; j++) {
+          b = j;
+          for (int q = uoff[u]; q < uoff[u + 1]; q++)
+            if (busy[(size_t)j * ns + uslots[q]] == r) b = -1;
+        }
+      } else if (u >= 2 * nc) {
         b = localtb;
       }
       if (b < 0) {
-        if (ntb == captb) captb = captb ? 2 * captb : 16, tbend = xrealloc(tbend, (size_t)captb * sizeof *tbend);
         b = ntb++;
-        if (pol == TB_CONN && sp[k].unit >= 2 * nc) localtb = b;
+        if ((size_t)ntb * ns > (size_t)capbusy) {
+          int old = capbusy;
+          capbusy = ntb * ns * 2;
+          busy = xrealloc(busy, (size_t)capbusy * sizeof *busy);
+          for (int q = old; q < capbusy; q++) busy[q] = -1;
+        }
+        for (int q = b * ns; q < (b + 1) * ns; q++) busy[q] = -1;
+        if (pol == TB_CONN && u >= 2 * nc) localtb = b;
       }
-      tbend[b] = sp[k].hi;
-      tbof[sp[k].unit] = b;
+      for (int q = uoff[u]; q < uoff[u + 1]; q++) busy[(size_t)b * ns + uslots[q]] = r;
+      tbof[u] = b;
     }
     pl->ntb[r] = ntb;
     pl->tb_base[r] = r > 0 ? pl->tb_base[r - 1] + pl->ntb[r - 1] : 0;
   }
   pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
-  free(sp), free(tbend);
+  free(us), free(busy), free(first), free(uoff), free(uslots);
 
   /* TB programs: primitives in pipeline order. */
   pl->tb_off = xcalloc((size_t)pl->ntbs + 1, sizeof(int));
@@ -112,7 +126,7 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     pl->p[i].seq = fill[g] - pl->tb_off[g];
     pl->tb_prims[fill[g]++] = i;
   }
-  free(fill), free(tbof), free(unit), free(up), free(lo), free(hi);
+  free(fill), free(tbof), free(unit), free(up);
 
   /* Waits inside one TB are program order; the others need a flag. */
   int off = 0;

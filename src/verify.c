@@ -208,6 +208,19 @@ static int *conn_seq(const Plan *pl, int M) {
   return seq;
 }
 
+/* The TB that blocked TB b waits for, or -1 when that TB has finished. */
+static int waits_for(const Plan *pl, const Sim *s, int b) {
+  int res = s->wres[b], to = -1;
+  if (s->wkind[b] == RES_FLAG) {
+    to = tb_of(pl, res);
+  } else {
+    int c = (res - pl->np) / 2;
+    for (int i = 0; i < pl->np && to < 0; i++)
+      if (s->wkind[b] == RES_DATA ? pl->p[i].cout == c : pl->p[i].cin == c) to = tb_of(pl, i);
+  }
+  return to >= 0 && s->cur[to] < pl->tb_off[to + 1] - pl->tb_off[to] ? to : -1;
+}
+
 rcStatus verify_deadlock(const Plan *pl, int M, int F, Err *e) {
   int nt = pl->ntbs, nc = pl->nconn;
   Sim s = {.pl = pl, .M = M, .F = F};
@@ -267,38 +280,40 @@ rcStatus verify_deadlock(const Plan *pl, int M, int F, Err *e) {
     int step = 1;
     while (!mark[b]) {
       mark[b] = step++;
-      int res = s.wres[b], to = -1;
-      if (s.wkind[b] == RES_FLAG) {
-        to = tb_of(pl, res);
-      } else {
-        int c = (res - pl->np) / 2;
-        for (int i = 0; i < pl->np && to < 0; i++)
-          if (s.wkind[b] == RES_DATA ? pl->p[i].cout == c : pl->p[i].cin == c) to = tb_of(pl, i);
-      }
-      if (to < 0 || s.cur[to] >= pl->tb_off[to + 1] - pl->tb_off[to]) break;
+      int to = waits_for(pl, &s, b);
+      if (to < 0) break;
       b = to;
     }
     Buf msg;
     buf_init(&msg);
-    int start = b, first = 1;
+    int start = b, first = 1, len = 0;
     do {
-      int pi = pl->tb_prims[pl->tb_off[b] + s.cur[b]];
-      const Prim *p = &pl->p[pi];
+      len++;
+      int to = waits_for(pl, &s, b);
+      if (to < 0 || !mark[to]) break;
+      b = to;
+    } while (b != start);
+    b = start;
+    do {
+      const Prim *p = &pl->p[pl->tb_prims[pl->tb_off[b] + s.cur[b]]];
       char at[300];
       plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
-      if (first) buf_printf(&msg, "%s: deadlock: ", at);
-      buf_printf(&msg, "%srank %d tb %d (%s, micro-batch %d, %s) waits for %s", first ? "" : "; ", p->rank, p->tb,
-                 prim_name(p->kind), s.m[b], at,
-                 s.wkind[b] == RES_FLAG ? "another TB of its rank" : s.wkind[b] == RES_DATA ? "data" : "FIFO space");
-      first = 0;
-      int res = s.wres[b], to = -1;
+      if (first) buf_printf(&msg, "%s: deadlock, a cycle of %d TBs: ", at, len);
+      buf_printf(&msg, "%srank %d tb %d at %s", first ? "" : "; ", p->rank, p->tb, prim_name(p->kind));
+      if (p->cin >= 0) buf_printf(&msg, " from rank %d", pl->conn[p->cin].src);
+      if (p->cout >= 0) buf_printf(&msg, " to rank %d", pl->conn[p->cout].dst);
+      buf_printf(&msg, " (%s, micro-batch %d) waits for ", at, s.m[b]);
+      int res = s.wres[b];
       if (s.wkind[b] == RES_FLAG) {
-        to = tb_of(pl, res);
+        const Prim *q = &pl->p[res];
+        buf_printf(&msg, "tb %d to finish its %s", q->tb, prim_name(q->kind));
       } else {
-        int c = (res - pl->np) / 2;
-        for (int i = 0; i < pl->np && to < 0; i++)
-          if (s.wkind[b] == RES_DATA ? pl->p[i].cout == c : pl->p[i].cin == c) to = tb_of(pl, i);
+        const Conn *c = &pl->conn[(res - pl->np) / 2];
+        buf_printf(&msg, "%s rank %d -> rank %d", s.wkind[b] == RES_DATA ? "data on" : "FIFO space on", c->src,
+                   c->dst);
       }
+      first = 0;
+      int to = waits_for(pl, &s, b);
       if (to < 0 || !mark[to]) break;
       b = to;
     } while (b != start);

@@ -23,7 +23,8 @@ options:
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
   --inplace              compile for in-place buffers (compile)
-  --no-fuse              keep receives and the sends they feed apart
+  --fuse auto|always|never   fuse a receive with the send it feeds: auto
+                         (default) drops fusion when it would deadlock
   --emit host|cuda       print the emitted program (compile)
   --version              print the version
 
@@ -41,7 +42,7 @@ end
 
 -- Parse argv into { cmd, file, opts, args } or nil, message.
 local function parse(argv)
-  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = true, args = {} }
+  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = "auto", args = {} }
   local i = 2
   local function value(flag, allowed)
     i = i + 1
@@ -62,7 +63,7 @@ local function parse(argv)
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
     elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
     elseif a == "--inplace" then o.inplace = true
-    elseif a == "--no-fuse" then o.fuse = false
+    elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a:match "^%-%-%w[%w-]*=" then -- --flag=value
       local flag, v = a:match "^(%-%-[%w-]+)=(.*)$"

@@ -67,35 +67,36 @@ local function definition_site()
   return "?", 0
 end
 
---- Register an algorithm. Unknown keys and wrong types are errors at the caller's line.
+--- Register an algorithm. Unknown keys and wrong types are errors at the
+--- line of the resccl.algorithm{} call.
 ---@param def table
 ---@return table algorithm
 function M.algorithm(def)
-  if type(def) ~= "table" then
-    error("resccl.algorithm expects a table, got " .. type(def), 2)
-  end
+  local file, line = definition_site()
+  local function fail(msg) error(("%s:%d: %s"):format(file, line, msg), 0) end
+  if type(def) ~= "table" then fail("resccl.algorithm expects a table, got " .. type(def)) end
   for k, v in pairs(def) do
     local spec = KEYS[k]
     if not spec then
       local known = {}
       for key in pairs(KEYS) do known[#known + 1] = key end
       table.sort(known)
-      error(("unknown key '%s' in resccl.algorithm{} (known: %s)"):format(tostring(k), table.concat(known, ", ")), 2)
+      fail(("unknown key '%s' in resccl.algorithm{} (known: %s)"):format(tostring(k), table.concat(known, ", ")))
     end
     if not typeok(v, spec) then
-      error(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)), 2)
+      fail(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)))
     end
   end
   for _, k in ipairs { "name", "collective", "build" } do
-    if def[k] == nil then error(("resccl.algorithm{} needs '%s'"):format(k), 2) end
+    if def[k] == nil then fail(("resccl.algorithm{} needs '%s'"):format(k)) end
   end
   if not COLLECTIVES[def.collective] then
-    error(("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)"):format(def.collective), 2)
+    fail(("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)"):format(def.collective))
   end
   local alg = setmetatable({}, Algorithm)
   for k, v in pairs(def) do alg[k] = v end
   alg.params = def.params or {}
-  alg.file, alg.line = definition_site()
+  alg.file, alg.line = file, line
   if alg.inplace == nil then alg.inplace = def.collective ~= "alltoall" end
   registered = alg
   return alg
