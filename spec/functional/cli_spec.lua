@@ -1,0 +1,153 @@
+-- The resccl command: subcommands, options, exit codes, exact error messages.
+local h = require "helper"
+local cjson = require "cjson"
+
+describe("resccl", function()
+  it("prints help and its version", function()
+    local code, out = h.cli { "help" }
+    assert.equal(0, code)
+    assert.matches("usage: resccl <command>", out)
+    code, out = h.cli { "--version" }
+    assert.equal(0, code)
+    assert.matches("^resccl %d+%.%d+%.%d+\n$", out)
+  end)
+
+  it("exits 2 on usage errors", function()
+    local code, _, err = h.cli { "frobnicate" }
+    assert.equal(2, code)
+    assert.matches("unknown command 'frobnicate'", err)
+    code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "--sched", "fifo" }
+    assert.equal(2, code)
+    assert.matches("%-%-sched needs hpds|rr", err)
+    code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "--bogus" }
+    assert.equal(2, code)
+    assert.matches("unknown option '%-%-bogus'", err)
+  end)
+
+  it("runs the default job: verified and executed, exit 0", function()
+    local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
+    assert.equal(0, code)
+    assert.matches("collective%s+allreduce, 8 ranks", out)
+    assert.matches("TBs/rank%s+state%-based %d+, connection%-based %d+", out)
+    assert.matches("verify%s+ok", out)
+    assert.matches("exec%s+f32 sum count=4099 nmicro=4: max error 0, 0 wrong", out)
+    assert.matches("exec inplace f32 sum", out)
+    assert.matches("result%s+PASS", out)
+  end)
+
+  it("prints one JSON report with the documented keys", function()
+    local code, out = h.cli { "compile", "algorithms/allreduce_hm.lua", "topo=a100:2x4", "--sched", "hpds", "--tb",
+      "state", "--json" }
+    assert.equal(0, code)
+    local r = cjson.decode(out)
+    for _, k in ipairs { "algorithm", "collective", "ranks", "tasks", "subpipelines", "sched", "tb_policy",
+      "tbs_per_rank_max", "tbs_total", "verify", "compile_ms" } do
+      assert.is_not_nil(r[k], k)
+    end
+    assert.equal("allreduce_hm", r.algorithm)
+    assert.equal(8, r.ranks)
+    assert.equal("ok", r.verify)
+    assert.is_true(r.tbs_per_rank_max <= 8)
+  end)
+
+  it("takes options as --flag=value too", function()
+    local code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=4", "--tb=conn", "--json" }
+    assert.equal(0, code)
+    assert.equal("conn", cjson.decode(out).tb_policy)
+  end)
+
+  it("stops after a stage", function()
+    local code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=4", "--stop-after", "sched",
+      "--json" }
+    assert.equal(0, code)
+    local r = cjson.decode(out)
+    assert.equal("sched", r.stage)
+    assert.is_nil(r.tbs_total)
+    assert.equal("not run", r.verify)
+  end)
+
+  it("emits host C and CUDA-ready source", function()
+    local code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=4", "--emit", "host" }
+    assert.equal(0, code)
+    assert.matches("RX_TB%(3, 1%)", out)
+    assert.matches("RX_PROGRAM_BEGIN%(4%)", out)
+    assert.not_matches("%${", out)
+  end)
+end)
+
+describe("bad input", function()
+  -- fixture, arguments, exact message (after "resccl: ")
+  local cases = {
+    { "bad_unknown_key", "spec/fixtures/bad_unknown_key.lua:1: unknown key 'colective' in resccl.algorithm{} " ..
+      "(known: build, chunks, collective, description, inplace, name, params, supports)" },
+    { "bad_collective", "spec/fixtures/bad_collective.lua:1: unknown collective 'allbroadcast' " ..
+      "(allgather, reducescatter, allreduce, alltoall)" },
+    { "bad_rank", "spec/fixtures/bad_rank.lua:6: destination rank 99 out of range (program has 4 ranks)" },
+    { "bad_type", "spec/fixtures/bad_type.lua:5: bad argument #2 to 'transfer' (integer expected, got string)" },
+    { "bad_chunk", "spec/fixtures/bad_chunk.lua:5: output chunk 4 out of range (output has 4 chunks per rank)" },
+    { "bad_lua_error", "spec/fixtures/bad_lua_error.lua:6: attempt to index a nil value (local 'peers')" },
+    { "bad_syntax", "spec/fixtures/bad_syntax.lua:4: '}' expected (to close '{' at line 1) near 'build'" },
+    { "bad_empty", "spec/fixtures/bad_empty.lua: no resccl.algorithm{} in this file" },
+    { "bad_runaway", "spec/fixtures/bad_runaway.lua:5: script exceeded its budget of 1 s", "RESCCL_BUDGET=1" },
+  }
+  for _, c in ipairs(cases) do
+    it(c[1] .. " names the line and exits 1", function()
+      local code, out, err = h.cli({ "run", "spec/fixtures/" .. c[1] .. ".lua", "ranks=4" }, c[3])
+      assert.equal(1, code)
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. "\n", err)
+    end)
+  end
+
+  it("reports an incomplete all-reduce with the missing contribution", function()
+    local code, out = h.cli { "verify", "spec/fixtures/bad_incomplete.lua", "ranks=4" }
+    assert.equal(1, code)
+    assert.equal("out-of-place  spec/fixtures/bad_incomplete.lua:8: allreduce result wrong: rank 3 output chunk 0 " ..
+      "holds 3 of 4 contributions (missing rank 0's input chunk 0)\n", out:match "^[^\n]*\n")
+    code, out = h.cli { "run", "spec/fixtures/bad_incomplete.lua", "ranks=4" }
+    assert.equal(1, code)
+    assert.matches("result%s+FAIL", out)
+  end)
+
+  it("reports a deadlock with the TBs and primitives of the cycle", function()
+    local code, out = h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4", "--fuse", "always" }
+    assert.equal(1, code)
+    assert.equal("out-of-place  algorithms/allreduce_rd.lua:28: deadlock, a cycle of 2 TBs: " ..
+      "rank 2 tb 1 at rrcs from rank 3 to rank 3 (algorithms/allreduce_rd.lua:28, micro-batch 1) waits for " ..
+      "FIFO space on rank 2 -> rank 3; rank 3 tb 1 at rrcs from rank 1 to rank 2 " ..
+      "(algorithms/allreduce_rd.lua:28, micro-batch 2) waits for FIFO space on rank 3 -> rank 2\n",
+      out:match "^[^\n]*\n")
+    -- the default drops the fusion that closes the cycle, and the plan verifies
+    assert.equal(0, (h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4" }))
+  end)
+
+  it("rejects unknown script arguments and bad topologies", function()
+    local code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "rank=4" }
+    assert.equal(1, code)
+    assert.equal("resccl: unknown argument 'rank' for algorithm allgather_ring (it takes none)\n", err)
+    code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "topo=a100:0x8" }
+    assert.equal(1, code)
+    assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G or h200:2\n", err)
+    code, _, err = h.cli { "run", "algorithms/allreduce_rd.lua", "ranks=6" }
+    assert.equal(1, code)
+    assert.matches("allreduce_rd.lua:%d+: algorithm allreduce_rd does not support nvswitch:6: needs a power", err)
+  end)
+end)
+
+describe("golden dumps", function()
+  -- Regenerate with tools/update-golden after an intended change.
+  local cases = {
+    { "allgather_ring_4", { "algorithms/allgather_ring.lua", "ranks=4" }, { "dag", "sched", "lower", "tb" } },
+    { "allreduce_hm_2x2", { "algorithms/allreduce_hm.lua", "topo=a100:2x2" }, { "sched", "tb" } },
+  }
+  for _, c in ipairs(cases) do
+    for _, stage in ipairs(c[3]) do
+      it(c[1] .. " --dump " .. stage, function()
+        local args = { "compile", c[2][1], c[2][2], "--dump", stage }
+        local code, out = h.cli(args)
+        assert.equal(0, code)
+        assert.equal(h.read("spec/golden/" .. c[1] .. "." .. stage .. ".txt"), out)
+      end)
+    end
+  end
+end)

@@ -1,0 +1,155 @@
+-- lua/resccl/init.lua: registration, the builder's two styles, loading.
+local resccl = require "resccl"
+local h = require "helper"
+
+describe("resccl.algorithm", function()
+  local ok_def = { name = "x", collective = "allgather", build = function() end }
+
+  it("registers an algorithm with its definition site", function()
+    local alg = resccl.algorithm(ok_def)
+    assert.equal("x", alg.name)
+    assert.matches("dsl_spec.lua:%d+", alg.file .. ":" .. alg.line)
+    assert.is_true(alg.inplace)
+  end)
+
+  it("rejects unknown keys with the known ones listed", function()
+    local def = { name = "x", collective = "allgather", build = function() end, chunk = 3 }
+    assert.matches("dsl_spec.lua:%d+: unknown key 'chunk' in resccl.algorithm{} %(known: build, chunks,",
+      h.pcall_err(function() local alg = resccl.algorithm(def) return alg end))
+  end)
+
+  it("rejects wrong types, missing keys and unknown collectives", function()
+    assert.matches("key 'name' must be a string, got number",
+      h.pcall_err(resccl.algorithm, { name = 1, collective = "allgather", build = print }))
+    assert.matches("resccl.algorithm{} needs 'build'",
+      h.pcall_err(resccl.algorithm, { name = "x", collective = "allgather" }))
+    assert.matches("unknown collective 'broadcast'",
+      h.pcall_err(resccl.algorithm, { name = "x", collective = "broadcast", build = print }))
+  end)
+
+  it("defaults alltoall to out-of-place only", function()
+    assert.is_false(resccl.algorithm { name = "a", collective = "alltoall", build = print }.inplace)
+  end)
+end)
+
+describe("builder", function()
+  local function program(build, args, extra)
+    local def = { name = "t", collective = "allgather", build = build }
+    for k, v in pairs(extra or {}) do def[k] = v end
+    return resccl.algorithm(def):program(args or { ranks = 4 })
+  end
+
+  it("records the paper's transfers plus the placement copy", function()
+    local prog = program(function(a)
+      for r = 0, a.ranks - 1 do a:transfer(r, (r + 1) % a.ranks, 0, r, "recv") end
+    end)
+    local info = prog:info()
+    assert.equal(4 + 4, info.transfers) -- 4 transfers, 4 input-to-output copies
+    assert.equal(1, info.chunks)
+  end)
+
+  it("gives ranks, nodes and GPUs per node from the topology", function()
+    local seen
+    program(function(a)
+      seen = { a.ranks, a.nodes, a.gpn, a:node(5), a:local_rank(5), a:rank(1, 2) }
+      a:transfer(0, 1, 0, 0, "recv")
+    end, { topo = "a100:2x4" })
+    assert.same({ 8, 2, 4, 1, 1, 6 }, seen)
+  end)
+
+  it("checks transfer arguments at the caller's line", function()
+    local err = h.pcall_err(program, function(a) a:transfer(0, 1, 0, 0, "send") end)
+    assert.matches("dsl_spec.lua:%d+: bad argument #5 to 'transfer' %(\"recv\" or \"rrc\" expected, got send%)", err)
+    err = h.pcall_err(program, function(a) a:transfer(0, 1.5, 0, 0, "recv") end)
+    assert.matches("bad argument #2 to 'transfer' %(integer expected, got float%)", err)
+  end)
+
+  it("reports out-of-range ranks and chunks from C at the caller's line", function()
+    local err = h.pcall_err(program, function(a) a:transfer(0, 9, 0, 0, "recv") end)
+    assert.matches("dsl_spec.lua:%d+: destination rank 9 out of range %(program has 4 ranks%)", err)
+    err = h.pcall_err(program, function(a) a:chunk(0, "input", 1):copy(1, "output", 0) end)
+    assert.matches("dsl_spec.lua:%d+: input chunk 1 out of range %(input has 1 chunks per rank%)", err)
+  end)
+
+  it("supports MSCCLang-style chunks, copy and reduce", function()
+    local alg = resccl.algorithm {
+      name = "ar2", collective = "allreduce", chunks = 1,
+      build = function(a)
+        a:chunk(1, "input", 0):copy(0, "scratch", 0)
+        a:chunk(0, "input", 0):copy(0, "output", 0):reduce(a:chunk(0, "scratch", 0))
+        a:chunk(0, "output", 0):copy(1, "output", 0)
+      end,
+    }
+    local prog, topo = alg:program { ranks = 2 }
+    assert.equal(4, prog:info().transfers)
+    assert.equal(1, prog:info().scratch)
+    local plan, err = resccl.compile(prog, topo)
+    assert.is_nil(err)
+    assert.is_true(plan:report().verified)
+  end)
+
+  it("validates parameters against their defaults", function()
+    local alg = resccl.algorithm {
+      name = "p", collective = "alltoall", params = { chunks = 1, fast = false },
+      chunks = function(a) return a.args.chunks end,
+      build = function(a)
+        for r = 0, a.ranks - 1 do
+          for q = 0, a.ranks - 1 do
+            a:chunk(r, "input", q * a.chunks, a.chunks):copy(q, "output", r * a.chunks)
+          end
+        end
+      end,
+    }
+    assert.equal(2, alg:program({ ranks = 2, chunks = "2" }):info().chunks)
+    assert.matches("unknown argument 'chunk' for algorithm p %(it takes: chunks, fast%)",
+      h.pcall_err(alg.program, alg, { ranks = 2, chunk = "2" }))
+    assert.matches("argument fast=maybe: true or false expected",
+      h.pcall_err(alg.program, alg, { ranks = 2, fast = "maybe" }))
+  end)
+
+  it("refuses topologies an algorithm does not support", function()
+    local err = h.pcall_err(program, function() end, { ranks = 3 },
+      { supports = function(a) return a.ranks % 2 == 0, "needs an even number of ranks" end })
+    assert.matches("algorithm t does not support nvswitch:3: needs an even number of ranks", err)
+  end)
+
+  it("rejects a program that records nothing", function()
+    assert.matches("algorithm t recorded no transfers", h.pcall_err(program, function() end))
+  end)
+end)
+
+describe("resccl.topology", function()
+  it("reads topo= and ranks=", function()
+    assert.equal(32, resccl.topology({ topo = "a100:4x8" }):info().ranks)
+    assert.equal(5, resccl.topology({ ranks = "5" }):info().ranks)
+    assert.equal(8, resccl.topology({}):info().ranks)
+  end)
+
+  it("rejects disagreeing and malformed topologies", function()
+    assert.matches("ranks=4 does not match topo=a100:2x4 %(8 ranks%)",
+      h.pcall_err(resccl.topology, { topo = "a100:2x4", ranks = "4" }))
+    assert.matches("topology 'a100:2': expected a100:NxG", h.pcall_err(resccl.topology, { topo = "a100:2" }))
+    assert.matches("unknown model 'v100'", h.pcall_err(resccl.topology, { topo = "v100:8" }))
+    assert.matches("at most 128 nodes", h.pcall_err(resccl.topology, { topo = "a100:129x8" }))
+  end)
+end)
+
+describe("resccl.load", function()
+  it("loads every shipped algorithm", function()
+    for _, f in ipairs { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
+      "allgather_allpairs", "alltoall_direct", "allreduce_rd" } do
+      local alg = resccl.load("algorithms/" .. f .. ".lua")
+      assert.equal(f, alg.name)
+    end
+  end)
+
+  it("runs scripts in a sandbox", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write 'os.exit(3)\n'
+    f:close()
+    local err = h.pcall_err(resccl.load, path)
+    os.remove(path)
+    assert.matches(":1: attempt to index a nil value %(global 'os'%)", err)
+  end)
+end)
