@@ -97,6 +97,15 @@ typedef struct {
 } Xfer;
 
 /*
+** Where an imported file put a transfer: its thread block and step on the
+** sending and on the receiving rank, and its channel (-1 when unknown). Kept
+** so the file's own schedule can be run and simulated as its runtime would.
+*/
+typedef struct {
+  int stb, sstep, rtb, rstep, chan;
+} TbHint;
+
+/*
 ** A program: what moves, not when. Buffers are measured in chunks; a rank's
 ** buffer is made of blocks of `chunks` chunks each, one block being the
 ** collective's per-rank count (AllGather input = 1 block, output = ranks blocks).
@@ -109,6 +118,7 @@ typedef struct {
   int scratch_chunks;   /* scratch chunks per rank (max used index + 1) */
   Xfer *xf;
   int nxf, capxf;
+  TbHint *hint;         /* NULL, or one per transfer */
   char **files;
   int nfiles;
   Src at;               /* where the algorithm was defined */
@@ -120,6 +130,7 @@ int prog_file(Program *p, const char *file);   /* intern a file name */
 const char *prog_where(const Program *p, Src at, char *out, size_t n); /* "file:line" */
 int prog_bufchunks(const Program *p, int buf); /* chunks per rank in buffer */
 rcStatus prog_add(Program *p, const Xfer *x, Err *e);
+void prog_hint(Program *p, int xf, TbHint h);
 const char *coll_name(Coll c);
 int coll_parse(const char *s);   /* -1 when unknown */
 const char *buf_name(int b);

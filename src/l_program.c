@@ -4,6 +4,7 @@
 **   prog:xfer(src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, level)
 **   core.topo("a100:2x4") -> Topo;  core.topo_flat(ranks) -> Topo
 */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lbind.h"
@@ -61,8 +62,9 @@ static int bufarg(lua_State *L, int i) {
   return b < 0 ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
 }
 
-/* Record one transfer; errors name the user's line `level` frames up
-   (1 = the direct caller, 0 = the program's definition). */
+/* Record one transfer; returns its index. Errors name the user's line
+   `where` frames up (1 = the direct caller, 0 = the program's definition),
+   or `where` is "file:line" itself. */
 static int l_program_xfer(lua_State *L) {
   Program *p = checkprogram(L, 1);
   Xfer x = {.src = (int)luaL_checkinteger(L, 2), .sbuf = (uint8_t)bufarg(L, 3), .sidx = (int)luaL_checkinteger(L, 4),
@@ -72,8 +74,16 @@ static int l_program_xfer(lua_State *L) {
   if (strcmp(op, "copy") == 0) x.op = OP_COPY;
   else if (strcmp(op, "reduce") == 0) x.op = OP_REDUCE;
   else return luaL_argerror(L, 9, "operation must be copy or reduce");
-  int level = (int)luaL_optinteger(L, 11, 1);
-  if (level > 0) {
+  int level = lua_type(L, 11) == LUA_TSTRING ? -1 : (int)luaL_optinteger(L, 11, 1);
+  if (level < 0) { /* "file:line", as importers know it */
+    size_t n;
+    const char *w = lua_tolstring(L, 11, &n), *colon = strrchr(w, ':');
+    char file[512];
+    if (!colon || (size_t)(colon - w) >= sizeof file) return luaL_argerror(L, 11, "\"file:line\" expected");
+    memcpy(file, w, (size_t)(colon - w));
+    file[colon - w] = '\0';
+    x.at = (Src){prog_file(p, file), atoi(colon + 1)};
+  } else if (level > 0) {
     const char *file;
     l_where(L, level, &file, &x.at.line);
     x.at.file = prog_file(p, file);
@@ -85,6 +95,19 @@ static int l_program_xfer(lua_State *L) {
     lua_pushstring(L, e.msg);
     return lua_error(L);
   }
+  lua_pushinteger(L, p->nxf); /* its index, for prog:hint */
+  return 1;
+}
+
+/* prog:hint(i, send_tb, send_step, recv_tb, recv_step, channel): where an
+   imported file placed transfer i (1-based); -1 = unknown. */
+static int l_program_hint(lua_State *L) {
+  Program *p = checkprogram(L, 1);
+  lua_Integer i = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, i >= 1 && i <= p->nxf, 2, "no such transfer");
+  TbHint h = {(int)luaL_checkinteger(L, 3), (int)luaL_checkinteger(L, 4), (int)luaL_checkinteger(L, 5),
+              (int)luaL_checkinteger(L, 6), (int)luaL_optinteger(L, 7, -1)};
+  prog_hint(p, (int)i - 1, h);
   return 0;
 }
 
@@ -188,7 +211,7 @@ static int l_topo_gc(lua_State *L) {
 void l_program_open(lua_State *L) {
   static const luaL_Reg pmeta[] = {
     {"__tostring", l_program_tostring}, {"__gc", l_program_gc}, {"__close", l_program_gc}, {NULL, NULL}};
-  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"info", l_program_info}, {NULL, NULL}};
+  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"hint", l_program_hint}, {"info", l_program_info}, {NULL, NULL}};
   static const luaL_Reg tmeta[] = {
     {"__tostring", l_topo_tostring}, {"__gc", l_topo_gc}, {"__close", l_topo_gc}, {NULL, NULL}};
   static const luaL_Reg tmethods[] = {{"info", l_topo_info}, {"route", l_topo_route}, {NULL, NULL}};

@@ -45,6 +45,7 @@ void prog_free(Program *p) {
   for (int i = 0; i < p->nfiles; i++) free(p->files[i]);
   free(p->files);
   free(p->xf);
+  free(p->hint);
   free(p);
 }
 
@@ -102,8 +103,22 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
     return err_set(e, RC_EINVAL, "%s: source and destination overlap on rank %d", at, x->src);
   for (int k = 0; k < 2; k++)
     if (b[k] == BUF_SCRATCH && idx[k] + x->cnt > p->scratch_chunks) p->scratch_chunks = idx[k] + x->cnt;
+  int cap = p->capxf;
   VEC_PUSH(p->xf, p->nxf, p->capxf, *x);
+  if (p->hint) {
+    if (cap != p->capxf) p->hint = xrealloc(p->hint, (size_t)p->capxf * sizeof *p->hint);
+    p->hint[p->nxf - 1] = (TbHint){-1, -1, -1, -1, -1};
+  }
   return RC_OK;
+}
+
+/* Attach a TB hint to transfer xf; the first hint allocates the table. */
+void prog_hint(Program *p, int xf, TbHint h) {
+  if (!p->hint) {
+    p->hint = xmalloc((size_t)(p->capxf ? p->capxf : 1) * sizeof *p->hint);
+    for (int i = 0; i < p->nxf; i++) p->hint[i] = (TbHint){-1, -1, -1, -1, -1};
+  }
+  p->hint[xf] = h;
 }
 
 /*
