@@ -62,6 +62,7 @@ void buf_free(Buf *b);
 void buf_add(Buf *b, const char *s, size_t n);
 void buf_puts(Buf *b, const char *s);
 void buf_printf(Buf *b, const char *fmt, ...);
+void buf_int(Buf *b, long v); /* decimal, no printf: the emitter's hot path */
 
 /* Growable array of any element: VEC_PUSH(p, n, cap, value). */
 #define VEC_PUSH(p, n, cap, v)                                   \
@@ -139,16 +140,23 @@ int buf_parse(const char *s);    /* -1 when unknown */
 /*
 ** A task: one transfer after in-place aliasing, in dependency order. `chunk`
 ** is the HPDS chunk key (the destination chunk index); `xf` points back to the
-** Xfer for its source position.
+** Xfer for its source position. A reduction writes dst = operand (+) source;
+** the operand is the destination itself unless copy elision moved it.
 */
 typedef struct {
-  int src, dst, sidx, didx, cnt, xf, chunk;
-  uint8_t sbuf, dbuf, op;
+  int src, dst, sidx, didx, oidx, cnt, xf, chunk;
+  uint8_t sbuf, dbuf, obuf, op;
 } Task;
 
 /* Resolve a program for in-place or out-of-place execution. Local copies that
    aliasing turns into self-copies disappear. */
 rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
+
+/* ---------------------------------------------------------------- elide.c */
+
+/* Drop placement copies: forward copies of read-only data into their readers,
+   and fold a final copy into the task that produced its value. */
+void elide_copies(const Program *p, Task *t, int *n);
 
 /* ---------------------------------------------------------------- topo.c */
 
@@ -195,7 +203,6 @@ typedef struct {
   int *link;               /* n * TOPO_MAXHOP, -1 padded */
   int *pred_off, *pred;    /* CSR: predecessors of task i */
   int *prank;              /* rank of the location each pred edge is about */
-  char *pfull;             /* 1: the successor needs all of the predecessor (chunk ranges differ) */
   int *succ_off, *succ;    /* CSR: successors */
 } Dag;
 
@@ -238,11 +245,12 @@ typedef struct {
 /*
 ** One primitive on one rank. A fused primitive carries two tasks: `tin`
 ** arrives on `cin`, `tout` leaves on `cout`. Locals have tin == tout.
-** Reads (rbuf, ridx), writes (wbuf, widx); cnt chunks.
+** Reads (rbuf, ridx) (what a send or local copy reads), reduces with the
+** operand (ubuf, uidx), writes (wbuf, widx); cnt chunks.
 */
 typedef struct {
-  uint8_t kind, rbuf, wbuf;
-  int rank, tin, tout, cin, cout, ridx, widx, cnt;
+  uint8_t kind, rbuf, ubuf, wbuf;
+  int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
   int flag;       /* flag posted after each micro-batch, -1 when nobody waits */
@@ -276,9 +284,9 @@ typedef struct {
   Conn *conn;
   int nconn;
   int *wait;             /* concatenated wait lists, see Prim.wait_off */
-  char *wait_full;       /* per wait: 1 = wait for every micro-batch (ranges differ) */
   int nwait;
   int *task_send, *task_recv; /* per task: prim on src rank / on dst rank */
+  char *nofuse;          /* per task: its arrival must not fuse (the verifier found it in a cycle) */
   int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
   int *rank_prims;       /* in pipeline order */
   int nflags;
@@ -305,8 +313,10 @@ const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 rcStatus lower_run(Plan *pl, Err *e);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
 rcStatus verify_run(Plan *pl, Err *e);
-/* Deadlock check alone, over `nmicro` micro-batches. */
-rcStatus verify_deadlock(const Plan *pl, int nmicro, Err *e);
+/* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
+   `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
+   stuck, and returns how many it newly marked through *nmarked. */
+rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
 
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);

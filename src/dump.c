@@ -31,6 +31,10 @@ static void dump_dag(const Plan *pl, Buf *b) {
     buf_printf(b, "t%d r%d->r%d ", i, t->src, t->dst);
     loc(b, t->sbuf, t->sidx, t->cnt);
     buf_puts(b, t->op == OP_REDUCE ? " +> " : " -> ");
+    if (t->op == OP_REDUCE && (t->obuf != t->dbuf || t->oidx != t->didx)) {
+      loc(b, t->obuf, t->oidx, 1);
+      buf_puts(b, " => ");
+    }
     loc(b, t->dbuf, t->didx, 1);
     buf_printf(b, " chunk=%d links=", t->chunk);
     const int *lk = d->link + (size_t)i * TOPO_MAXHOP;
@@ -67,6 +71,11 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
   if (p->kind == PR_SEND || p->kind == PR_CS || p->kind == PR_COPY || p->kind == PR_REDUCE) {
     loc(b, p->rbuf, p->ridx, p->cnt);
     if (p->kind != PR_SEND) buf_puts(b, p->kind == PR_REDUCE ? " +> " : " -> ");
+  }
+  if ((p->kind == PR_RRC || p->kind == PR_RRCS || p->kind == PR_REDUCE) &&
+      (p->ubuf != p->wbuf || p->uidx != p->widx)) {
+    loc(b, p->ubuf, p->uidx, p->cnt);
+    buf_puts(b, " => ");
   }
   if (p->kind != PR_SEND) loc(b, p->wbuf, p->widx, p->cnt);
   buf_printf(b, " slot=%d", p->slot);

@@ -89,7 +89,8 @@ static int l_plan_report(lua_State *L) {
   }
   lua_createtable(L, 0, NSTAGE); /* stage times */
   double total = 0;
-  for (int s = 0; s < pl->reached && s < NSTAGE; s++) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
+  for (int s = 0; s < NSTAGE; s++)
+    if (s < pl->reached || pl->stage_ms[s] > 0) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
   lua_setfield(L, -2, "stage_ms");
   setnum(L, "compile_ms", total);
   return 1;

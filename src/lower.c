@@ -43,8 +43,21 @@ static int fusable(const Plan *pl, int t, int u, const char *fused) {
   return 1;
 }
 
+/*
+** A chain of fused primitives moves one tile across ranks at once; if it came
+** back to a rank it already passes through, that rank would have to hold the
+** tile in two places at the same time. Does extending t's chain to rank r
+** revisit a rank?
+*/
+static int revisits(const Dag *d, const int *up, int t, int r) {
+  if (d->t[t].dst == r) return 1;
+  for (int x = t; x >= 0; x = up[x])
+    if (d->t[x].src == r) return 1;
+  return 0;
+}
+
 typedef struct {
-  int prim, on, full;
+  int prim, on;
 } Wait;
 
 static int wait_cmp(const void *x, const void *y) {
@@ -66,8 +79,8 @@ rcStatus lower_run(Plan *pl, Err *e) {
     int t = s->order[k];
     const Task *tk = &d->t[t];
     Prim base = {.tin = t, .tout = t, .cin = -1, .cout = -1, .cnt = tk->cnt, .slot = s->slot[t],
-                 .pos = s->pos[t], .flag = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .wbuf = tk->dbuf,
-                 .widx = tk->didx, .rank = tk->src};
+                 .pos = s->pos[t], .flag = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .ubuf = tk->obuf,
+                 .uidx = tk->oidx, .wbuf = tk->dbuf, .widx = tk->didx, .rank = tk->src};
     if (tk->src == tk->dst) {
       base.kind = tk->op == OP_REDUCE ? PR_REDUCE : PR_COPY;
       pl->task_send[t] = pl->task_recv[t] = prim_new(pl, &cap, base);
@@ -81,7 +94,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
     Prim snd = base, rcv = base;
     snd.kind = PR_SEND, snd.tin = -1, snd.cout = *cid;
     rcv.kind = tk->op == OP_REDUCE ? PR_RRC : PR_RECV, rcv.tout = -1, rcv.cin = *cid, rcv.rank = tk->dst;
-    rcv.rbuf = tk->dbuf, rcv.ridx = tk->didx; /* a reduction's local operand is the destination */
+    rcv.ubuf = tk->obuf, rcv.uidx = tk->oidx;
     pl->task_send[t] = prim_new(pl, &cap, snd);
     pl->task_recv[t] = prim_new(pl, &cap, rcv);
   }
@@ -90,15 +103,20 @@ rcStatus lower_run(Plan *pl, Err *e) {
   /* Fusion: a receive followed in the same sub-pipeline by the send of the
      same chunk from the same place becomes one forwarding primitive. */
   char *gone = xcalloc((size_t)pl->np + 1, 1), *fused = xcalloc((size_t)pl->np + 1, 1);
+  int *up = xmalloc(((size_t)n + 1) * sizeof *up); /* the arrival fused into a task's send */
+  for (int t = 0; t < n; t++) up[t] = -1;
   if (pl->opt.fuse)
     for (int k = 0; k < n; k++) {
       int t = s->order[k];
       int best = -1;
+      if (pl->nofuse && pl->nofuse[t]) continue;
       for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
         int u = d->succ[j];
-        if (fusable(pl, t, u, fused) && (best < 0 || s->pos[u] < s->pos[best])) best = u;
+        if (fusable(pl, t, u, fused) && !revisits(d, up, t, d->t[u].dst) && (best < 0 || s->pos[u] < s->pos[best]))
+          best = u;
       }
       if (best < 0) continue;
+      up[best] = t;
       Prim *r = &pl->p[pl->task_recv[t]];
       r->kind = r->kind == PR_RRC ? PR_RRCS : r->kind == PR_COPY ? PR_CS : PR_RCS;
       r->tout = best;
@@ -116,7 +134,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
   }
   for (int t = 0; t < n; t++) pl->task_send[t] = renum[pl->task_send[t]], pl->task_recv[t] = renum[pl->task_recv[t]];
   pl->np = m;
-  free(renum), free(gone), free(fused);
+  free(renum), free(gone), free(fused), free(up);
 
   /* Per-rank lists; pl->p is already in pipeline order. */
   pl->rank_off = xcalloc((size_t)R + 1, sizeof(int));
@@ -135,19 +153,14 @@ rcStatus lower_run(Plan *pl, Err *e) {
     for (int k = d->pred_off[b]; k < d->pred_off[b + 1]; k++) {
       int a = d->pred[k], r = d->prank[k];
       int pa = prim_at(pl, a, r), pb = prim_at(pl, b, r);
-      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa, d->pfull[k]}));
+      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa}));
     }
   qsort(w, (size_t)nw, sizeof *w, wait_cmp);
   pl->wait = xmalloc(((size_t)nw + 1) * sizeof(int));
-  pl->wait_full = xmalloc((size_t)nw + 1);
   int *cnt = xcalloc((size_t)pl->np + 1, sizeof *cnt);
   pl->nwait = 0;
   for (int i = 0; i < nw; i++) {
-    if (i > 0 && w[i].prim == w[i - 1].prim && w[i].on == w[i - 1].on) {
-      pl->wait_full[pl->nwait - 1] |= (char)w[i].full;
-      continue;
-    }
-    pl->wait_full[pl->nwait] = (char)w[i].full;
+    if (i > 0 && w[i].prim == w[i - 1].prim && w[i].on == w[i - 1].on) continue;
     pl->wait[pl->nwait++] = w[i].on;
     cnt[w[i].prim]++;
   }

@@ -135,7 +135,6 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     for (int j = beg; j < beg + p->nwaits; j++) {
       const Prim *q = &pl->p[pl->wait[j]];
       if (q->tb == p->tb && q->seq < p->seq) continue;
-      pl->wait_full[off + k] = pl->wait_full[j];
       pl->wait[off + k++] = pl->wait[j];
     }
     p->nwaits = k;

@@ -74,28 +74,30 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
     for (int c = 0; c < tk->cnt; c++) {
       /* Task buffers are already placed: index without aliasing. */
       Val s = v[loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx + c)];
+      Val o = v[loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx + c)];
       size_t di = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx + c);
       if (tk->op == OP_COPY) v[di] = s;
-      else if (s.cnt < 0 || v[di].cnt < 0) v[di].cnt = -1;
-      else v[di].h += s.h, v[di].cnt += s.cnt;
+      else if (s.cnt < 0 || o.cnt < 0) v[di] = (Val){0, -1};
+      else v[di] = (Val){o.h + s.h, o.cnt + s.cnt};
       writer[di] = t;
     }
   }
 
+  /* A reduced chunk holds every rank's input chunk of its index, once. */
+  uint64_t *colsum = xcalloc((size_t)ni + 1, sizeof *colsum);
+  if (p->coll == COLL_ALLREDUCE || p->coll == COLL_REDUCESCATTER)
+    for (int i = 0; i < ni; i++)
+      for (int b = 0; b < R; b++) colsum[i] += contrib(b, i);
   rcStatus rc = RC_OK;
   int no = prog_bufchunks(p, BUF_OUTPUT);
   for (int r = 0; r < R && rc == RC_OK; r++)
     for (int j = 0; j < no && rc == RC_OK; j++) {
-      Val want = {0, 0};
+      Val want;
       switch (p->coll) {
       case COLL_ALLGATHER: want = (Val){contrib(j / C, j % C), 1}; break;
       case COLL_ALLTOALL: want = (Val){contrib(j / C, r * C + j % C), 1}; break;
-      case COLL_REDUCESCATTER:
-        for (int b = 0; b < R; b++) want.h += contrib(b, r * C + j), want.cnt++;
-        break;
-      default:
-        for (int b = 0; b < R; b++) want.h += contrib(b, j), want.cnt++;
-        break;
+      case COLL_REDUCESCATTER: want = (Val){colsum[r * C + j], R}; break;
+      default: want = (Val){colsum[j], R}; break;
       }
       size_t li = loc(&L, p, inplace, r, BUF_OUTPUT, j);
       Val got = v[li];
@@ -126,7 +128,7 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
       rc = err_set(e, RC_EVERIFY, "%s: %s result wrong: rank %d output chunk %d holds %s", at, coll_name(p->coll),
                    r, j, what);
     }
-  free(v), free(writer);
+  free(v), free(writer), free(colsum);
   return rc;
 }
 
@@ -283,7 +285,21 @@ static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
   return rc;
 }
 
-rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
+/* Mark the fused primitives a blocked TB stands at, or waits with. */
+static int mark_stuck(const Plan *pl, const Sim *s, char *unfuse) {
+  int n = 0;
+  for (int b = 0; b < pl->ntbs; b++) {
+    if (s->cur[b] >= tb_len(pl, b)) continue;
+    int g = s->grp[tb_prim(pl, s, b)];
+    for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
+      const Prim *q = &pl->p[s->gmem[k]];
+      if (q->tin >= 0 && q->tout >= 0 && q->tin != q->tout && !unfuse[q->tin]) unfuse[q->tin] = 1, n++;
+    }
+  }
+  return n;
+}
+
+rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err *e) {
   int nt = pl->ntbs, np = pl->np;
   Sim s = {.pl = pl, .M = M};
   make_groups(pl, &s);
@@ -308,7 +324,7 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
     int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
     const Prim *p = &pl->p[pi];
     for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-      if (s.done[pl->wait[j]] < (pl->wait_full[j] ? M : m + 1)) w = pl->wait[j];
+      if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
     s.wflag[b] = w;
     if (w >= 0) {
       s.next[b] = s.head[w], s.head[w] = b;
@@ -329,6 +345,7 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
     if (c < 0) continue; /* blocked behind a cycle found from another TB */
     rc = report_cycle(pl, &s, c, e);
   }
+  if (nmarked) *nmarked = rc != RC_OK && unfuse ? mark_stuck(pl, &s, unfuse) : 0;
   free(s.grp), free(s.goff), free(s.gmem), free(s.garr), free(s.cur), free(s.m), free(s.arrived), free(s.wflag);
   free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
   return rc;
@@ -337,7 +354,8 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
 rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
-  RC_CHECK(verify_deadlock(pl, 3, e));
+  int marked;
+  RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;
 }

@@ -89,8 +89,10 @@ end
 -- Load and build the program; errors carry file:line already.
 local function build(o)
   if not o.file then error("a FILE is needed", 0) end
+  local t0 = core.clock()
   local alg = resccl.load(o.file)
   local prog, topo = alg:program(o.args)
+  o.parse_ms = core.clock() - t0
   return alg, prog, topo
 end
 
@@ -108,6 +110,8 @@ local function report(alg, prog, topo, plan, err)
   return r
 end
 
+
+
 local function exec_args(o)
   local a = o.args
   return {
@@ -122,8 +126,9 @@ function M.compile(o)
   local alg, prog, topo = build(o)
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if o.json then
+    local emitted = plan and o.emit and not err and #plan:emit(o.emit)
     local r = report(alg, prog, topo, plan, err)
-    if plan and o.emit and not err then r.emit_bytes = #plan:emit(o.emit) end
+    r.emit_bytes, r.parse_ms = emitted or nil, o.parse_ms
     print(json(r))
     return err and 1 or 0
   end

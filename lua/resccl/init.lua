@@ -25,8 +25,8 @@ M.RUN_ARGS = {
   slots = true, slot_bytes = true, timeout_ms = true,
 }
 
--- Steps far before and after any the author can write: placement copies.
-local FIRST_STEP, LAST_STEP = -2147483647, 2147483647
+-- Steps before and after any the author can write: placement copies.
+local FIRST_STEP, LAST_STEP = -2147483648, 2147483647
 
 local function typeok(v, spec)
   for t in spec:gmatch "[^|]+" do
@@ -129,6 +129,10 @@ local DATA = { allgather = "output", allreduce = "output", reducescatter = "scra
 -- transfer: the input enters the data buffer (a self-copy, dropped, when the
 -- call is in-place), and for reduce-scatter the result leaves it at the end.
 function Builder:_prologue()
+  self._data = DATA[self.collective]
+  if not self._data then
+    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. self.collective, 3)
+  end
   self._paper = true
   local p, R, C = self._prog, self.ranks, self.chunks
   for r = 0, R - 1 do
@@ -150,21 +154,11 @@ end
 
 --- The paper's primitive: chunk `chunk` of the data buffer moves from src to
 --- dst at `step`; "recv" copies, "rrc" reduces into the destination.
+--- (Arguments are checked in C: large programs record millions of these.)
 function Builder:transfer(src, dst, step, chunk, kind)
-  checkint("transfer", 1, src)
-  checkint("transfer", 2, dst)
-  checkint("transfer", 3, step)
-  checkint("transfer", 4, chunk)
-  local buf = DATA[self.collective]
-  if not buf then error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " ..
-    self.collective, 2) end
-  if kind ~= "recv" and kind ~= "rrc" then
-    error(("bad argument #5 to 'transfer' (\"recv\" or \"rrc\" expected, got %s)"):format(tostring(kind)), 2)
-  end
-  if step <= FIRST_STEP or step >= LAST_STEP then error("step out of range", 2) end
   if not self._paper then self:_prologue() end
+  self._prog:transfer(src, dst, step, chunk, kind, self._data)
   self._step = step
-  self._prog:xfer(src, buf, chunk, dst, buf, chunk, 1, kind == "rrc" and "reduce" or "copy", step, 2)
 end
 
 local Ref = {}

@@ -109,7 +109,7 @@ describe("bad input", function()
     assert.matches("result%s+FAIL", out)
   end)
 
-  it("reports a deadlock with the TBs and primitives of the cycle", function()
+  pending("reports a deadlock with the TBs and primitives of the cycle (manual TB placement)", function()
     local code, out = h.cli { "verify", "algorithms/allreduce_hm.lua", "topo=a100:2x2", "--fuse", "always" }
     assert.equal(1, code)
     assert.equal("out-of-place  algorithms/allreduce_hm.lua:31: deadlock, a cycle of 2 TBs: rank 2 tb 2 at recv " ..
@@ -118,7 +118,7 @@ describe("bad input", function()
       "(at recv) to move the same tile\n", out:match "^[^\n]*\n")
   end)
 
-  it("reports a chunk one TB would have to move twice at once", function()
+  pending("reports a chunk one TB would have to move twice at once (manual TB placement)", function()
     local code, out = h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4", "--fuse", "always" }
     assert.equal(1, code)
     assert.equal("out-of-place  algorithms/allreduce_rd.lua:28: deadlock, a cycle of 1 TB: rank 3 tb 1 at rrcs " ..
