@@ -17,7 +17,9 @@
 **     the route's physical links (topo_path); the tile arrives after the
 **     route's latency;
 **   - receiving and local calls (recv, rrc, copy, reduce): a local pass over
-**     the tile at the TB's rate.
+**     the tile at the TB's rate. A receive that was already waiting when its
+**     tile started to flow streams it as it arrives: it ends at the later of
+**     the arrival and the flow's start plus its own pass.
 ** A TB moves at most tb_gbps (tb_reduce_gbps when it reduces). A link's
 ** bandwidth is shared max-min fairly among its flows, each capped by its TB;
 ** when z = flows / (TBs that saturate the link) exceeds 1 the link delivers
@@ -53,6 +55,7 @@ typedef struct {
   int *ord, *ntask;              /* per task: index among its connection's tasks; per connection: count */
   int *done;                     /* per prim (K*NP): micro-batches finished */
   int *arrived, *sent, *popped;  /* per connection (K*NC), in tiles */
+  double *tsent;                 /* per connection and FIFO slot: when the tile in it started to flow */
   /* per TB (K*NT) */
   int *cur, *mb, *next;
   char *state;
@@ -263,6 +266,8 @@ static void wake(Sim *s, int res) {
 }
 
 /* Resource ids: prim k*NP+p; connection data K*NP + c; connection space K*NP + K*NC + c. */
+static void tb_data(Sim *s, int g, double now);
+
 static void tb_try(Sim *s, int g, double now) {
   if (s->state[g] != TS_BLOCKED) return;
   if (s->cur[g] >= tb_len(s, g)) return;
@@ -284,9 +289,9 @@ static void tb_try(Sim *s, int g, double now) {
   }
   s->idle[g] += now - s->since[g];
   s->t0[g] = now;
+  if (p->cin >= 0 && p->cout < 0) return tb_data(s, g, now); /* a pure receive has no startup */
   s->state[g] = TS_ALPHA;
-  double a = p->cout >= 0 || p->cin < 0 ? s->tp->alpha_us : 0;
-  ev_push(s, now + a, EV_STEP, g, 0);
+  ev_push(s, now + s->tp->alpha_us, EV_STEP, g, 0);
 }
 
 /* After the startup: push the tile, or work on it locally. */
@@ -295,13 +300,22 @@ static void tb_data(Sim *s, int g, double now) {
   int k = g / s->NT;
   double bytes = tile_bytes(s, p), rate = tb_rate(s, p->kind);
   if (p->cout >= 0) {
-    s->sent[k * s->NC + p->cout]++;
-    const Conn *c = &s->pl->conn[p->cout];
+    int c = k * s->NC + p->cout;
+    s->tsent[(size_t)c * s->o.depth + s->sent[c]++ % s->o.depth] = now;
+    const Conn *cn = &s->pl->conn[p->cout];
     s->state[g] = TS_FLOW;
-    flow_start(s, g, rot(s, k, c->src), rot(s, k, c->dst), bytes, rate, now);
+    flow_start(s, g, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
   } else {
+    double from = now, pass = rate > 0 ? bytes / (rate * 1e3) : 0;
+    if (p->cin >= 0) { /* streamed from when both the tile flowed and the TB waited */
+      int c = k * s->NC + p->cin;
+      double fs = s->tsent[(size_t)c * s->o.depth + tile_index(s, p->tin, p->cin, s->mb[g]) % s->o.depth];
+      from = fs > s->since[g] ? fs : s->since[g];
+      s->idle[g] -= now - from;
+      s->t0[g] = from;
+    }
     s->state[g] = TS_LOCAL;
-    ev_push(s, rate > 0 ? now + bytes / (rate * 1e3) : now, EV_STEP, g, 0);
+    ev_push(s, from + pass > now ? from + pass : now, EV_STEP, g, 0);
   }
 }
 
@@ -360,7 +374,7 @@ static rcStatus stalled(const Sim *s, Err *e) {
 }
 
 static void sim_free_state(Sim *s) {
-  free(s->ord), free(s->ntask), free(s->done), free(s->arrived), free(s->sent), free(s->popped);
+  free(s->ord), free(s->ntask), free(s->done), free(s->arrived), free(s->sent), free(s->popped), free(s->tsent);
   free(s->cur), free(s->mb), free(s->next), free(s->state), free(s->since), free(s->t0), free(s->busy);
   free(s->idle), free(s->end), free(s->head), free(s->rem), free(s->rate), free(s->tlast), free(s->cap);
   free(s->fbytes), free(s->ver), free(s->path), free(s->npath), free(s->lpos), free(s->lseen), free(s->bw);
@@ -429,6 +443,7 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.arrived = xcalloc((size_t)NCK + 1, sizeof(int));
   s.sent = xcalloc((size_t)NCK + 1, sizeof(int));
   s.popped = xcalloc((size_t)NCK + 1, sizeof(int));
+  s.tsent = xcalloc(((size_t)NCK + 1) * (size_t)o->depth, sizeof(double));
   s.cur = xcalloc((size_t)NG + 1, sizeof(int));
   s.mb = xcalloc((size_t)NG + 1, sizeof(int));
   s.next = xcalloc((size_t)NG + 1, sizeof(int));
