@@ -71,6 +71,8 @@ typedef struct {
   double *bw, *lat, *sat, *gamma, *share, *lbytes, *lactive, *lsince;
   int **lflows, *nlf, *caplf;
   int *stamp, stampv;
+  int *dirty, ndirty, capdirty;  /* links whose flows changed at the current time */
+  char *isdirty;
   /* events */
   Ev *heap;
   int nheap, capheap;
@@ -160,8 +162,14 @@ static void link_share(Sim *s, int l) {
   s->share[l] = level;
 }
 
-/* Settle every flow on the given links at its old rate and give it a new one. */
-static void reshare(Sim *s, const int *links, int nlinks, double now) {
+/*
+** Settle every flow on the dirty links at its old rate and give it a new one.
+** Run once per instant, after every start and end at that instant, so k flows
+** starting together on a link cost one pass, not k.
+*/
+static void reshare(Sim *s, double now) {
+  const int *links = s->dirty;
+  int nlinks = s->ndirty;
   s->stampv++;
   for (int h = 0; h < nlinks; h++) link_share(s, links[h]);
   for (int h = 0; h < nlinks; h++) {
@@ -182,6 +190,14 @@ static void reshare(Sim *s, const int *links, int nlinks, double now) {
       ev_push(s, r >= INF ? now : now + s->rem[f] / r, EV_FLOW, f, s->ver[f]);
     }
   }
+  for (int h = 0; h < nlinks; h++) s->isdirty[links[h]] = 0;
+  s->ndirty = 0;
+}
+
+static void mark(Sim *s, int l) {
+  if (s->isdirty[l]) return;
+  s->isdirty[l] = 1;
+  VEC_PUSH(s->dirty, s->ndirty, s->capdirty, l);
 }
 
 static void flow_start(Sim *s, int f, int src, int dst, double bytes, double cap, double now) {
@@ -197,8 +213,8 @@ static void flow_start(Sim *s, int f, int src, int dst, double bytes, double cap
     if (s->nlf[l] == 0) s->lsince[l] = now;
     s->lpos[f * TOPO_MAXHOP + k] = s->nlf[l];
     VEC_PUSH(s->lflows[l], s->nlf[l], s->caplf[l], f);
+    mark(s, l);
   }
-  reshare(s, p, s->npath[f], now);
 }
 
 /* Take flow f off its links; returns the route's latency. */
@@ -213,9 +229,9 @@ static double flow_end(Sim *s, int f, double now) {
     s->lbytes[l] += s->fbytes[f];
     if (s->nlf[l] == 0) s->lactive[l] += now - s->lsince[l];
     if (s->lat[l] > lat) lat = s->lat[l];
+    mark(s, l);
   }
   s->ver[f]++;
-  reshare(s, p, s->npath[f], now);
   return lat;
 }
 
@@ -381,6 +397,7 @@ static void sim_free_state(Sim *s) {
   free(s->lat), free(s->sat), free(s->gamma), free(s->share), free(s->lbytes), free(s->lactive), free(s->lsince);
   for (int l = 0; s->lflows && l < s->nl; l++) free(s->lflows[l]);
   free(s->lflows), free(s->nlf), free(s->caplf), free(s->stamp), free(s->heap), free(s->runq);
+  free(s->dirty), free(s->isdirty);
 }
 
 static void collect(Sim *s, SimResult *r) {
@@ -468,6 +485,7 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.stamp = xcalloc((size_t)NG + 1, sizeof(int));
   s.nl = pl->topo->nlinks;
   s.lseen = xcalloc((size_t)s.nl + 1, 1);
+  s.isdirty = xcalloc((size_t)s.nl + 1, 1);
   double **dl[] = {&s.bw, &s.lat, &s.sat, &s.gamma, &s.share, &s.lbytes, &s.lactive, &s.lsince};
   for (size_t i = 0; i < sizeof dl / sizeof *dl; i++) *dl[i] = xcalloc((size_t)s.nl + 1, sizeof(double));
   s.lflows = xcalloc((size_t)s.nl + 1, sizeof(int *));
@@ -475,8 +493,11 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.caplf = xcalloc((size_t)s.nl + 1, sizeof(int));
 
   for (int g = 0; g < NG; g++) tb_try(&s, g, 0);
-  while (s.nheap > 0) {
+  for (double now = 0;;) {
+    if (s.ndirty && (s.nheap == 0 || s.heap[0].t > now)) reshare(&s, now);
+    if (s.nheap == 0) break;
     Ev ev = ev_pop(&s);
+    now = ev.t;
     s.events++;
     int g = ev.id;
     if (ev.kind == EV_FLOW) {

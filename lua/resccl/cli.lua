@@ -71,7 +71,7 @@ local function parse(argv)
   end
   while i <= #argv do
     local a = argv[i]
-    if a == "--sched" then o.sched, o.sched_set = value(a, { hpds = true, rr = true }), true
+    if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
     elseif a == "--tb" then o.tb = value(a, { state = true, conn = true })
     elseif a == "--json" then o.json = true
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
@@ -261,6 +261,13 @@ function M.run(o)
     end
     line(e.placement == "in-place" and "exec inplace" or "exec", what)
   end
+  if plan and not err then
+    local sim = require "resccl.sim"
+    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse }, sim.SIZE)
+    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches)"):format(
+      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro)
+      or serr)
+  end
   line("result", ok and "PASS" or "FAIL")
   return ok and 0 or 1
 end
@@ -274,7 +281,7 @@ function M.sim(o)
   elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
   local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
   local alg, prog, topo = build(o)
-  local so = { sched = o.sched, sched_set = o.sched_set, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false,
+  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false,
     channels = o.channels, tile = tile, depth = o.depth, nmicro = tonumber(o.args.nmicro),
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }

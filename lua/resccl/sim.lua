@@ -6,7 +6,9 @@
 -- algorithm-level execution, several channels, an interpreter), or NCCL's
 -- ring (the collective's ring algorithm, one TB per connection per channel,
 -- algorithm-level, channels spread over the NICs). Only the plan and the
--- execution order differ; the simulator and the topology are the same.
+-- execution order differ; the simulator and the topology are the same. The
+-- MSCCL model keeps our schedule's order, so that it differs from ours only
+-- in what the runtime does (TBs, execution order, channels, interpreter).
 local resccl = require "resccl"
 
 local M = {}
@@ -78,13 +80,12 @@ end
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
----@param o table {sched=, tb=, fuse=, inplace=, channels=, sched_set=}
+---@param o table {sched=, tb=, fuse=, inplace=, channels=}
 function M.plan(variant, prog, topo, o)
   local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace }
   local sopts = { order = "task", instances = 1 }
   if variant == "msccl" then
     copts.tb, sopts.order = "conn", "algo"
-    if not o.sched_set then copts.sched = "rr" end -- MSCCL keeps the program's order
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN
   elseif variant == "nccl" then
     local coll = prog:info().collective
