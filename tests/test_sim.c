@@ -158,11 +158,45 @@ static void test_bad_input(void **state) {
   topo_free(t);
 }
 
+/*
+** A plan whose TBs cannot all finish: each rank's send is made to wait for
+** every micro-batch of its own receive, which waits for the other rank's
+** send. The simulator must stop and name where it is stuck.
+*/
+static void test_stall_is_reported(void **state) {
+  (void)state;
+  Program *p = allgather(2, 1);
+  Topo *t = uniform(2, 0, 50, 3);
+  Plan pl;
+  Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_NEVER, .stop_after = ST_VERIFY};
+  Err e;
+  assert_int_equal(compile(&pl, p, t, &opt, &e), RC_OK);
+  int nw = pl.nwait;
+  pl.wait = xrealloc(pl.wait, (size_t)(nw + 2) * sizeof *pl.wait);
+  pl.wait_full = xrealloc(pl.wait_full, (size_t)nw + 2);
+  for (int r = 0, k = 0; r < 2; r++) {
+    int snd = -1, rcv = -1;
+    for (int i = 0; i < pl.np; i++)
+      if (pl.p[i].rank == r) *(pl.p[i].cout >= 0 ? &snd : &rcv) = i;
+    assert_true(snd >= 0 && rcv >= 0 && pl.p[snd].tb != pl.p[rcv].tb);
+    pl.wait[nw + k] = rcv, pl.wait_full[nw + k] = 1;
+    pl.p[snd].wait_off = nw + k++, pl.p[snd].nwaits = 1;
+  }
+  pl.nwait = nw + 2;
+  SimResult r;
+  SimOpts o = {.size = MB, .nmicro = 2, .depth = 2, .order = EX_TASK, .instances = 1};
+  assert_int_equal(sim_run(&pl, &o, &r, &e), RC_EDEADLOCK);
+  assert_non_null(strstr(e.msg, ": simulation stalled (task-level execution, FIFO depth 2): rank 0 tb "));
+  plan_free(&pl);
+  prog_free(p);
+  topo_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_allgather_closed_form), cmocka_unit_test(test_single_transfer),
       cmocka_unit_test(test_port_sharing_and_penalty), cmocka_unit_test(test_task_level_micro_batches),
-      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_bad_input), cmocka_unit_test(test_stall_is_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -324,10 +324,9 @@ function M.sim(o)
     topo:info().spec, prog:info().ranks, sim.fmt_size(tile), u.depth))
   for _, v in ipairs(variants) do
     local x = last[v]
-    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s%s"):format(v, x.sched, x.tb_policy,
+    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s"):format(v, x.sched, x.tb_policy,
       x.order == "task" and "task-level" or "algorithm-level", x.instances,
-      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or "",
-      x.fallback and "; " .. x.fallback or ""))
+      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or ""))
   end
   print(sim.header())
   for _, r in ipairs(results) do print(sim.row(r)) end

@@ -99,31 +99,17 @@ function M.plan(variant, prog, topo, o)
   end
   local plan, err = resccl.compile(prog, topo, copts)
   if err then return nil, err end
-  sopts.fuse = copts.fuse
   return plan, sopts, prog
 end
 
---- Simulate one variant at one size. A plan whose fusion stalls the
---- simulation (a bounded-FIFO deadlock the verifier's small check missed) is
---- recompiled without fusion when fusion was "auto"; `fallback` says so.
+--- Simulate one variant at one size.
 ---@return table|nil result, string|nil error
 function M.run(variant, prog, topo, o, size)
   local plan, sopts, p2 = M.plan(variant, prog, topo, o)
   if not plan then return nil, sopts end
-  local opts = { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
+  local r, err = plan:sim { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
     order = sopts.order, instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown,
     trace = o.trace }
-  local r, err = plan:sim(opts)
-  if not r and (o.fuse or "auto") == "auto" and err:find("simulation stalled", 1, true) then
-    local o2 = {}
-    for k, v in pairs(o) do o2[k] = v end
-    o2.fuse = "never"
-    plan = M.plan(variant, prog, topo, o2)
-    if plan then
-      local r2 = plan:sim(opts)
-      if r2 then r2.fallback, r = "fusion dropped: " .. err, r2 end
-    end
-  end
   if not r then return nil, err end
   local rep = plan:report()
   r.variant, r.sched, r.tb_policy, r.fused = variant, rep.sched, rep.tb_policy, rep.fused
