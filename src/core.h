@@ -162,12 +162,13 @@ void elide_copies(const Program *p, Task *t, int *n);
 
 #define TOPO_MAXHOP 4
 
-typedef enum { LK_NVLINK, LK_NVSWITCH, LK_NIC_TX, LK_NIC_RX } LinkKind;
+typedef enum { LK_NVLINK, LK_NVSWITCH, LK_NIC_TX, LK_NIC_RX, LK_PORT_TX, LK_PORT_RX } LinkKind;
 
 typedef struct {
   char name[48];
   LinkKind kind;
   double gbps, lat_us; /* bandwidth (GB/s per direction) and latency; the simulator's inputs */
+  double sat, gamma;   /* TBs that saturate it (0: bandwidth / TB rate) and contention penalty */
 } Link;
 
 /*
@@ -179,19 +180,31 @@ typedef struct {
 */
 typedef struct {
   char spec[64];
-  char model[16];       /* "a100", "h200", "nvswitch" */
+  char model[16];       /* "a100", "h200", "nvswitch", "dgx_h100", "ndv4", "custom" */
   int nranks, nnodes, gpn, gpus_per_nic;
+  int switched;         /* 1: a node's GPUs meet on an NVSwitch (one port per GPU); 0: NVLink pairs */
   double intra_gbps, intra_lat_us, nic_gbps, nic_lat_us;
+  /* The timing model (sim.c); 0 for a rate means unlimited. */
+  double alpha_us;               /* startup of one primitive call */
+  double tb_gbps, tb_reduce_gbps; /* what one TB moves: copying, reducing */
+  double intra_sat, nic_sat;     /* TBs that saturate a link, 0 = bandwidth / tb_gbps */
+  double intra_gamma, nic_gamma; /* contention penalty: bandwidth / (1 + gamma log2 z) */
   int nlinks;
 } Topo;
 
-/* Parse "a100:NxG", "nvswitch:G", "h200:2"; NULL with e set when malformed. */
+/* Parse a preset "a100:NxG", "nvswitch:G", "h200:2", "dgx_h100:N", "ndv4:N";
+   NULL with e set when malformed. */
 Topo *topo_parse(const char *spec, Err *e);
+/* A topology from a filled description (spec, nnodes, gpn, bandwidths...);
+   checks that every pair of ranks is reachable. */
+Topo *topo_new(const Topo *desc, Err *e);
 /* The flat single-node topology used when only ranks= is given. */
 Topo *topo_flat(int nranks);
 void topo_free(Topo *t);
 /* Links a transfer from rank s to rank d occupies; returns how many (0 when s == d). */
 int topo_route(const Topo *t, int s, int d, int out[TOPO_MAXHOP]);
+/* The physical links the same transfer shares with others (switch ports, NICs). */
+int topo_path(const Topo *t, int s, int d, int out[TOPO_MAXHOP]);
 void topo_link(const Topo *t, int id, Link *out);
 
 /* ----------------------------------------------------------------- dag.c */
@@ -341,6 +354,61 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e);
 void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
 /* The table of ranks and their TBs; `externs` declares ranks emitted elsewhere. */
 void emit_table(const Plan *pl, int externs, Buf *out);
+
+/* ----------------------------------------------------------------- sim.c */
+
+/* Task-level: a TB runs each primitive over every micro-batch, then the next
+   (ours). Algorithm-level: each micro-batch replays the TB's whole program
+   (MSCCL's interpreter, NCCL's loops). */
+typedef enum { EX_TASK, EX_ALGO } ExecOrder;
+
+typedef struct {
+  double size;      /* bytes: nccl-tests' size column for the collective */
+  double tile;      /* target bytes of one primitive call on one chunk (sets nmicro) */
+  int nmicro;       /* micro-batches; 0 = enough for tiles of at most `tile` */
+  int depth;        /* FIFO depth of a connection, in tiles */
+  ExecOrder order;
+  int instances;    /* copies of the plan side by side (channels), each on 1/instances of every chunk */
+  int rotate;       /* instance k shifts GPU indices in a node by k*gpus_per_nic (NCCL's rings) */
+  double slowdown;  /* fraction of a TB's rate lost to an interpreter */
+  int trace;        /* keep one slice per primitive call */
+} SimOpts;
+
+typedef struct {
+  int rank, tb;            /* tb: instance * ntb[rank] + the plan's TB index */
+  double busy, idle, end;  /* us working, us blocked, finishing time; busy + idle = end */
+} SimTb;
+
+typedef struct {
+  int id;                  /* topology link id */
+  double bytes, active;    /* bytes carried, us with at least one transfer */
+} SimLink;
+
+typedef struct {
+  int tb, prim, m;         /* index into SimResult.tb, primitive, micro-batch */
+  double t0, t1;           /* start of the call (its startup included) and end */
+} SimSlice;
+
+typedef struct {
+  double time_us, algbw, busbw;    /* GB/s by nccl-tests' formulas */
+  int nmicro;
+  double tile_bytes;               /* bytes of one call on one chunk */
+  int tbs_per_rank_max;
+  SimTb *tb;
+  int ntb;
+  double busy_avg, idle_avg, idle_max, released_avg; /* fractions of a TB's lifetime / of time_us */
+  SimLink *link;                   /* links that carried data, by id */
+  int nlink;
+  SimSlice *slice;
+  int nslice;
+  long events;
+} SimResult;
+
+/* Time a verified plan's per-TB programs on its topology. */
+rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e);
+void sim_free(SimResult *r);
+/* nccl-tests: algbw = S / t, busbw = algbw * factor. */
+double coll_busbw_factor(Coll c, int nranks);
 
 /* ----------------------------------------------------------- exec_host.c */
 

@@ -43,5 +43,6 @@ int luaopen_resccl_core(lua_State *L) {
   lua_setfield(L, -2, "version");
   l_program_open(L);
   l_plan_open(L);
+  l_sim_open(L);
   return 1;
 }

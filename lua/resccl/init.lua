@@ -236,18 +236,26 @@ local function budgeted(fn, ...)
 end
 
 
---- Resolve the topology from args: topo= wins, ranks= makes a flat node.
+--- Resolve the topology from args: topo= wins (a preset name, a topology
+--- file ending in .lua, or a Topo), ranks= makes a flat node.
 ---@return userdata topo
 function M.topology(args)
   local spec, ranks = args.topo, args.ranks
   local topo
-  if spec then
+  if type(spec) == "userdata" then
+    topo = spec
+  elseif spec and spec:match "%.lua$" then
+    topo = require("resccl.topo").load(spec)
+  elseif spec then
     local ok, t = pcall(core.topo, spec)
     if not ok then error(t, 0) end
     topo = t
+  end
+  if topo then
     local n = ranks and convert("ranks", ranks, 0)
     if n and n ~= topo:info().ranks then
-      error(("ranks=%s does not match topo=%s (%d ranks)"):format(tostring(ranks), spec, topo:info().ranks), 0)
+      error(("ranks=%s does not match topo=%s (%d ranks)"):format(tostring(ranks), topo:info().spec,
+        topo:info().ranks), 0)
     end
   else
     local n = convert("ranks", ranks or 8, 0)

@@ -135,7 +135,7 @@ describe("bad input", function()
     assert.equal("resccl: unknown argument 'rank' for algorithm allgather_ring (it takes none)\n", err)
     code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "topo=a100:0x8" }
     assert.equal(1, code)
-    assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G or h200:2\n", err)
+    assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", err)
     code, _, err = h.cli { "run", "algorithms/allreduce_rd.lua", "ranks=6" }
     assert.equal(1, code)
     assert.matches("allreduce_rd.lua:%d+: algorithm allreduce_rd does not support nvswitch:6: needs a power", err)
