@@ -52,7 +52,7 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
     /* Fusion ties a receive and a send to one TB, which can close a cycle.
        The verifier marks the fused primitives it found stuck; lower again
        without fusing those, and without fusion at all if that persists. */
-    if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO) {
+    if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO && o->tb != TB_MANUAL) {
       int again = -marks;
       for (int k = 0; k < pl->dag.n; k++) again += pl->nofuse[k];
       unlower(pl);

@@ -252,7 +252,7 @@ typedef enum {
 } PrimKind;
 
 typedef struct {
-  int src, dst;
+  int src, dst, chan;
 } Conn;
 
 /*
@@ -272,7 +272,10 @@ typedef struct {
 
 /* -------------------------------------------------------------- compile.c */
 
-typedef enum { TB_STATE, TB_CONN } TbPolicy;
+typedef enum { TB_STATE, TB_CONN, TB_MANUAL } TbPolicy;
+/* Task-level: a TB runs each primitive over every micro-batch before the next
+   (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
+typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
 typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
 
@@ -281,6 +284,7 @@ typedef struct {
   TbPolicy tb;
   int inplace;
   int fuse;          /* FUSE_NEVER, FUSE_AUTO (drop fusion if it deadlocks), FUSE_ALWAYS */
+  ExecOrder order;   /* how each TB loops over micro-batches */
   Stage stop_after;  /* last stage to run */
 } Options;
 
@@ -360,7 +364,6 @@ void emit_table(const Plan *pl, int externs, Buf *out);
 /* Task-level: a TB runs each primitive over every micro-batch, then the next
    (ours). Algorithm-level: each micro-batch replays the TB's whole program
    (MSCCL's interpreter, NCCL's loops). */
-typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 
 typedef struct {
   double size;      /* bytes: nccl-tests' size column for the collective */

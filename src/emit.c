@@ -1,6 +1,7 @@
 /*
 ** emit.c — kernels from the TB plan: per rank, per TB, per pipeline entry,
-** each entry one loop over micro-batches with constant chunk indices. The
+** each entry one loop over micro-batches with constant chunk indices (or, in
+** algorithm-level order, one loop around the TB's whole list). The
 ** code is written against the RX_* primitive macros, which
 ** kernels-templates/host.h implements for the host executor (and cuda.cuh for
 ** GPUs). There is no step table and no interpreter: the schedule is the code.
@@ -31,7 +32,8 @@ static void call(Buf *b, const char *name, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void emit_prim(const Plan *pl, int i, Buf *b) {
+/* One pipeline entry; `loop` wraps it in its own micro-batch loop (task-level). */
+static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   const Prim *p = &pl->p[i];
   const Program *pg = pl->prog;
   int t = p->tin >= 0 ? p->tin : p->tout;
@@ -48,7 +50,7 @@ static void emit_prim(const Plan *pl, int i, Buf *b) {
   buf_int(b, at.line);
   buf_puts(b, ") */\n  RX_AT(");
   buf_int(b, i);
-  buf_puts(b, ");\n  RX_FOR_M {\n");
+  buf_puts(b, loop ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
   switch (p->kind) {
@@ -62,16 +64,18 @@ static void emit_prim(const Plan *pl, int i, Buf *b) {
   default: call(b, "RX_REDUCE", "bibibii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
   }
   if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
-  buf_puts(b, "  }\n");
+  if (loop) buf_puts(b, "  }\n");
 }
 
 void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
   (void)tg; /* both targets share the macro vocabulary */
   for (int t = 0; t < pl->ntb[r]; t++) {
     int g = pl->tb_base[r] + t;
+    int algo = pl->opt.order == EX_ALGO;
     buf_printf(b, "\nRX_TB(%d, %d) {\n", r, t);
-    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) emit_prim(pl, pl->tb_prims[k], b);
-    buf_puts(b, "}\n");
+    if (algo) buf_puts(b, "  RX_FOR_M { /* algorithm-level: the whole list, once per micro-batch */\n");
+    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) emit_prim(pl, pl->tb_prims[k], !algo, b);
+    buf_puts(b, algo ? "  }\n}\n" : "}\n");
   }
   buf_printf(b, "\nRX_RANK_BEGIN(%d)\n", r);
   for (int t = 0; t < pl->ntb[r]; t++) buf_printf(b, "  RX_RANK_TB(%d, %d)\n", r, t);

@@ -62,7 +62,8 @@ static int bufarg(lua_State *L, int i) {
   return b < 0 ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
 }
 
-/* Record one transfer; returns its index. Errors name the user's line
+/* Record one transfer; returns its index and how many transfers it became
+   (one per block it spans). Errors name the user's line
    `where` frames up (1 = the direct caller, 0 = the program's definition),
    or `where` is "file:line" itself. */
 static int l_program_xfer(lua_State *L) {
@@ -91,12 +92,14 @@ static int l_program_xfer(lua_State *L) {
     x.at = p->at; /* recorded by the DSL itself: blame the definition */
   }
   Err e;
+  int before = p->nxf;
   if (prog_add(p, &x, &e) != RC_OK) {
     lua_pushstring(L, e.msg);
     return lua_error(L);
   }
-  lua_pushinteger(L, p->nxf); /* its index, for prog:hint */
-  return 1;
+  lua_pushinteger(L, before + 1);     /* its index, for prog:hint */
+  lua_pushinteger(L, p->nxf - before); /* transfers recorded: one per block it spans */
+  return 2;
 }
 
 /* Raise "file:line: bad argument #n to 'transfer' (...)" at the user's line. */

@@ -57,7 +57,7 @@ static Program *ring_allreduce(int n, int drop_last) {
   return p;
 }
 
-static const Options default_opts = {SK_HPDS, TB_STATE, 0, FUSE_AUTO, ST_VERIFY};
+static const Options default_opts = {.sched = SK_HPDS, .tb = TB_STATE, .fuse = FUSE_AUTO, .stop_after = ST_VERIFY};
 
 /* ---------------------------------------------------------------- topo */
 

@@ -20,7 +20,10 @@ commands:
 
 options:
   --sched hpds|rr        scheduler (default hpds)
-  --tb state|conn        thread-block allocation (default state)
+  --tb state|conn|manual thread-block allocation (default state); manual
+                         keeps the TBs the program names (sendtb/recvtb)
+  --order task|algorithm how a TB loops over micro-batches: task-level
+                         (default) or algorithm-level, as MSCCL runs
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
@@ -72,7 +75,8 @@ local function parse(argv)
   while i <= #argv do
     local a = argv[i]
     if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
-    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true })
+    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true })
+    elseif a == "--order" then o.order = value(a, { task = true, algorithm = true })
     elseif a == "--json" then o.json = true
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
     elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
@@ -104,7 +108,7 @@ local function parse(argv)
 end
 
 local function compile_opts(o, inplace)
-  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after }
+  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after, order = o.order }
 end
 
 -- Load and build the program; errors carry file:line already.
@@ -209,7 +213,7 @@ function M.run(o)
   local p, t = prog:info(), topo:info()
   local plan, err = resccl.compile(prog, topo, compile_opts(o, false))
   local other = resccl.compile(prog, topo, {
-    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse })
+    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse, order = o.order })
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
   local ea = exec_args(o)

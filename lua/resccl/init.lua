@@ -190,24 +190,57 @@ function Builder:chunk(rank, buf, index, count)
   return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, Ref)
 end
 
---- Copy these chunks to (rank, buf, index); buf and index default to the same place.
-function Ref:copy(rank, buf, index)
+local PLACE = { sendtb = true, recvtb = true, ch = true, sendstep = true, recvstep = true }
+
+-- Manual placement, as MSCCLang's sendtb/recvtb/ch: record where the sending
+-- and receiving ranks run this transfer. Steps default to the next free step
+-- of that TB, in record order. Used by --tb manual.
+local function place(a, fn, first, n, src, dst, at)
+  if at == nil then return end
+  if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
+  for k, v in pairs(at) do
+    if not PLACE[k] then error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(k), 3) end
+    if not isint(v) or v < 0 then error(("placement %s must be a non-negative integer"):format(k), 3) end
+  end
+  if at.sendtb == nil or (src ~= dst and at.recvtb == nil) then
+    error(("placement needs sendtb%s"):format(src ~= dst and " and recvtb" or ""), 3)
+  end
+  local steps = a._tbsteps
+  local function step(rank, tb, explicit)
+    local key = rank * 65536 + tb
+    local s = explicit or steps[key] or 0
+    steps[key] = math.max(steps[key] or 0, s + 1)
+    return s
+  end
+  for i = first, first + n - 1 do
+    local ss = step(src, at.sendtb, at.sendstep)
+    local rs = src == dst and ss or step(dst, at.recvtb, at.recvstep)
+    a._prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
+  end
+end
+
+--- Copy these chunks to (rank, buf, index); buf and index default to the
+--- same place. `at` optionally places it: {sendtb=, recvtb=, ch=}.
+function Ref:copy(rank, buf, index, at)
   checkint("copy", 1, rank)
   buf = buf or self.buf
   checkbuf("copy", 2, buf)
   index = index or self.index
   checkint("copy", 3, index)
   local a = self.a
-  a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
+  local first, n = a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
+  place(a, "copy", first, n, self.rank, rank, at)
   return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, Ref)
 end
 
---- Reduce `other` into these chunks: self = self (+) other.
-function Ref:reduce(other)
+--- Reduce `other` into these chunks: self = self (+) other. `at` as for copy.
+function Ref:reduce(other, at)
   if getmetatable(other) ~= Ref then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
   if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
   local a = self.a
-  a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count, "reduce", a._step, 2)
+  local first, n = a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
+    "reduce", a._step, 2)
+  place(a, "reduce", first, n, other.rank, self.rank, at)
   return self
 end
 
@@ -288,7 +321,7 @@ function Algorithm:program(args)
   end
   local a = setmetatable({
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
-    collective = self.collective, name = self.name, _step = 0,
+    collective = self.collective, name = self.name, _step = 0, _tbsteps = {},
   }, Builder)
   if self.supports then
     local ok, why = self.supports(a)
