@@ -39,7 +39,8 @@ static int l_compile(lua_State *L) {
   static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
-  if (lua_isnoneornil(L, 3)) lua_newtable(L), lua_replace(L, 3);
+  lua_settop(L, 3);
+  if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
   luaL_checktype(L, 3, LUA_TTABLE);
   Options o = {.sched = (SchedKind)optenum(L, 3, "sched", "hpds", scheds),
                .tb = (TbPolicy)optenum(L, 3, "tb", "state", tbs),
@@ -146,7 +147,8 @@ static int l_plan_emit(lua_State *L) {
 static int l_plan_exec(lua_State *L) {
   static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
-  if (lua_isnoneornil(L, 2)) lua_newtable(L), lua_replace(L, 2);
+  lua_settop(L, 2);
+  if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
   ExecOpts o = {.dtype = (Dtype)optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)optenum(L, 2, "op", "sum", ops)};

@@ -141,7 +141,8 @@ static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
 static int l_plan_sim(lua_State *L) {
   static const char *const orders[] = {"task", "algo", NULL};
   Plan *pl = luaL_checkudata(L, 1, PLAN_MT); /* a Plan box starts with its Plan */
-  if (lua_isnoneornil(L, 2)) lua_newtable(L), lua_replace(L, 2);
+  lua_settop(L, 2);
+  if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_getfield(L, 2, "order");
   int order = luaL_checkoption(L, -1, "task", orders);
