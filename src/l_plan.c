@@ -131,7 +131,9 @@ static int l_plan_emit(lua_State *L) {
   } else {
     lua_Integer r = luaL_checkinteger(L, 3);
     if (!pl->verified || r < 0 || r >= pl->prog->nranks) return luaL_argerror(L, 3, "no such rank in a verified plan");
+    double t0 = now_ms();
     emit_rank(pl, (int)r, tg, &b);
+    pl->stage_ms[ST_EMIT] += now_ms() - t0; /* summed over the ranks emitted */
   }
   if (rc != RC_OK) {
     buf_free(&b);

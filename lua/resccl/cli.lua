@@ -151,7 +151,9 @@ function M.compile(o)
   local alg, prog, topo = build(o)
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if o.json then
-    local emitted = plan and o.emit and not err and #plan:emit(o.emit)
+    -- what every GPU compiles: each rank's kernel, emitted on its own
+    local emitted = plan and o.emit and not err and 0
+    for rank = 0, emitted and prog:info().ranks - 1 or -1 do emitted = emitted + #plan:emit(o.emit, rank) end
     local r = report(alg, prog, topo, plan, err)
     r.emit_bytes, r.parse_ms = emitted or nil, o.parse_ms
     print(json(r))
