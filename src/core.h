@@ -51,6 +51,7 @@ void *xmalloc(size_t n);   /* abort()s only on allocation failure */
 void *xcalloc(size_t n, size_t sz);
 void *xrealloc(void *p, size_t n);
 double now_ms(void);
+int uf_find(int *up, int x); /* union-find root, with path halving */
 
 /* Growable byte buffer, used by the dumps and the emitter. */
 typedef struct {

@@ -10,6 +10,45 @@
 #define RESCCL_VERSION "0.1.0"
 #endif
 
+int l_optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]) {
+  lua_getfield(L, t, k);
+  const char *v = luaL_optstring(L, -1, dflt);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(v, names[i]) == 0) return lua_pop(L, 1), i;
+  return luaL_error(L, "bad option %s='%s'", k, v);
+}
+
+int l_optbool(lua_State *L, int t, const char *k, int dflt) {
+  lua_getfield(L, t, k);
+  int v = lua_isnil(L, -1) ? dflt : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+double l_optnum(lua_State *L, int t, const char *k, double dflt) {
+  lua_getfield(L, t, k);
+  double v = luaL_optnumber(L, -1, dflt);
+  lua_pop(L, 1);
+  return v;
+}
+
+void l_setnum(lua_State *L, const char *k, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+void l_setint(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+int l_fail(lua_State *L, const Err *e) {
+  lua_pushnil(L);
+  lua_pushstring(L, e->msg);
+  lua_pushstring(L, rc_name(e->rc));
+  return 3;
+}
+
 void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods) {
   luaL_newmetatable(L, name); /* stack: mt */
   luaL_setfuncs(L, meta, 0);

@@ -17,21 +17,6 @@ typedef struct {
 
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
-static int optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]) {
-  lua_getfield(L, t, k);
-  const char *v = luaL_optstring(L, -1, dflt);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(v, names[i]) == 0) return lua_pop(L, 1), i;
-  return luaL_error(L, "bad option %s='%s'", k, v);
-}
-
-static int optbool(lua_State *L, int t, const char *k, int dflt) {
-  lua_getfield(L, t, k);
-  int v = lua_isnil(L, -1) ? dflt : lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 static int l_compile(lua_State *L) {
   static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", NULL};
   static const char *const orders[] = {"task", "algorithm", NULL};
@@ -42,11 +27,11 @@ static int l_compile(lua_State *L) {
   lua_settop(L, 3);
   if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
   luaL_checktype(L, 3, LUA_TTABLE);
-  Options o = {.sched = (SchedKind)optenum(L, 3, "sched", "hpds", scheds),
-               .tb = (TbPolicy)optenum(L, 3, "tb", "state", tbs),
-               .inplace = optbool(L, 3, "inplace", 0), .fuse = optenum(L, 3, "fuse", "auto", fuses),
-               .order = (ExecOrder)optenum(L, 3, "order", "task", orders),
-               .stop_after = (Stage)optenum(L, 3, "stop_after", "verify", stages)};
+  Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", scheds),
+               .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
+               .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
+               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders),
+               .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
   luaL_setmetatable(L, PLAN_MT);
@@ -54,20 +39,12 @@ static int l_compile(lua_State *L) {
   lua_pushvalue(L, 2), lua_setiuservalue(L, -2, 2);
   Err e;
   if (compile(&box->pl, p, t, &o, &e) == RC_OK) return 1;
-  if (box->pl.reached == 0) lua_pushnil(L), lua_replace(L, -2);
-  lua_pushstring(L, e.msg);
-  lua_pushstring(L, rc_name(e.rc));
-  return 3;
-}
-
-static void setnum(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static void setint(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
+  if (box->pl.reached > 0) { /* stack: plan: keep it, with the message */
+    lua_pushstring(L, e.msg);
+    lua_pushstring(L, rc_name(e.rc));
+    return 3;
+  }
+  return l_fail(L, &e);
 }
 
 static int l_plan_report(lua_State *L) {
@@ -81,13 +58,13 @@ static int l_plan_report(lua_State *L) {
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
   lua_pushstring(L, pl->reached ? stage_name(pl->reached - 1) : "none"), lua_setfield(L, -2, "stage");
-  if (pl->reached > ST_DAG) setint(L, "tasks", pl->dag.n), setint(L, "chunks", pl->dag.nchunk);
-  if (pl->reached > ST_SCHED) setint(L, "subpipelines", pl->sched.nslots);
-  if (pl->reached > ST_LOWER) setint(L, "primitives", pl->np), setint(L, "connections", pl->nconn);
+  if (pl->reached > ST_DAG) l_setint(L, "tasks", pl->dag.n), l_setint(L, "chunks", pl->dag.nchunk);
+  if (pl->reached > ST_SCHED) l_setint(L, "subpipelines", pl->sched.nslots);
+  if (pl->reached > ST_LOWER) l_setint(L, "primitives", pl->np), l_setint(L, "connections", pl->nconn);
   if (pl->reached > ST_TB) {
-    setint(L, "tbs_total", pl->ntbs);
-    setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
-    setint(L, "flags", pl->nflags);
+    l_setint(L, "tbs_total", pl->ntbs);
+    l_setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
+    l_setint(L, "flags", pl->nflags);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
     lua_setfield(L, -2, "tbs_per_rank");
@@ -95,9 +72,9 @@ static int l_plan_report(lua_State *L) {
   lua_createtable(L, 0, NSTAGE); /* stage times */
   double total = 0;
   for (int s = 0; s < NSTAGE; s++)
-    if (s < pl->reached || pl->stage_ms[s] > 0) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
+    if (s < pl->reached || pl->stage_ms[s] > 0) l_setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
   lua_setfield(L, -2, "stage_ms");
-  setnum(L, "compile_ms", total);
+  l_setnum(L, "compile_ms", total);
   return 1;
 }
 
@@ -153,7 +130,7 @@ static int l_plan_exec(lua_State *L) {
   if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
-  ExecOpts o = {.dtype = (Dtype)optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)optenum(L, 2, "op", "sum", ops)};
+  ExecOpts o = {.dtype = (Dtype)l_optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)l_optenum(L, 2, "op", "sum", ops)};
   lua_getfield(L, 2, "count");
   o.count = (size_t)luaL_optinteger(L, -1, 1024);
   lua_getfield(L, 2, "nmicro");
@@ -167,16 +144,11 @@ static int l_plan_exec(lua_State *L) {
   lua_pop(L, 5);
   ExecResult r;
   Err e;
-  if (exec_host(pl, &o, &r, &e) != RC_OK) {
-    lua_pushnil(L);
-    lua_pushstring(L, e.msg);
-    lua_pushstring(L, rc_name(e.rc));
-    return 3;
-  }
+  if (exec_host(pl, &o, &r, &e) != RC_OK) return l_fail(L, &e);
   lua_createtable(L, 0, 4);
-  setnum(L, "max_err", r.max_err);
-  setint(L, "wrong", (lua_Integer)r.nwrong);
-  setnum(L, "ms", r.ms);
+  l_setnum(L, "max_err", r.max_err);
+  l_setint(L, "wrong", (lua_Integer)r.nwrong);
+  l_setnum(L, "ms", r.ms);
   if (r.nwrong) lua_pushstring(L, r.first_wrong), lua_setfield(L, -2, "first_wrong");
   return 1;
 }

@@ -82,18 +82,6 @@ static int l_topo_custom(lua_State *L) {
   return 1;
 }
 
-static void setnum(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-static double optnum(lua_State *L, int t, const char *k, double dflt) {
-  lua_getfield(L, t, k);
-  double v = luaL_optnumber(L, -1, dflt);
-  lua_pop(L, 1);
-  return v;
-}
-
 /* Push the per-TB, per-link and per-call tables of a result. */
 static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
   lua_createtable(L, r->ntb, 0);
@@ -102,7 +90,7 @@ static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
     lua_createtable(L, 0, 5);
     lua_pushinteger(L, t->rank), lua_setfield(L, -2, "rank");
     lua_pushinteger(L, t->tb), lua_setfield(L, -2, "tb");
-    setnum(L, "busy_us", t->busy), setnum(L, "idle_us", t->idle), setnum(L, "end_us", t->end);
+    l_setnum(L, "busy_us", t->busy), l_setnum(L, "idle_us", t->idle), l_setnum(L, "end_us", t->end);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "tbs");
@@ -112,9 +100,9 @@ static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
     topo_link(pl->topo, r->link[i].id, &l);
     lua_createtable(L, 0, 5);
     lua_pushstring(L, l.name), lua_setfield(L, -2, "name");
-    setnum(L, "gbps", l.gbps), setnum(L, "bytes", r->link[i].bytes);
-    setnum(L, "util", r->time_us > 0 ? r->link[i].bytes / (l.gbps * 1e3 * r->time_us) : 0);
-    setnum(L, "active", r->time_us > 0 ? r->link[i].active / r->time_us : 0);
+    l_setnum(L, "gbps", l.gbps), l_setnum(L, "bytes", r->link[i].bytes);
+    l_setnum(L, "util", r->time_us > 0 ? r->link[i].bytes / (l.gbps * 1e3 * r->time_us) : 0);
+    l_setnum(L, "active", r->time_us > 0 ? r->link[i].active / r->time_us : 0);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "links");
@@ -131,7 +119,7 @@ static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
     lua_pushinteger(L, p->slot), lua_setfield(L, -2, "slot");
     lua_pushinteger(L, p->widx), lua_setfield(L, -2, "chunk");
     lua_pushinteger(L, s->m), lua_setfield(L, -2, "m");
-    setnum(L, "t0", s->t0), setnum(L, "t1", s->t1);
+    l_setnum(L, "t0", s->t0), l_setnum(L, "t1", s->t1);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "slices");
@@ -148,32 +136,27 @@ static int l_plan_sim(lua_State *L) {
   int order = luaL_checkoption(L, -1, "task", orders);
   lua_getfield(L, 2, "trace");
   lua_getfield(L, 2, "rotate");
-  SimOpts o = {.size = optnum(L, 2, "size", 256.0 * (1 << 20)), .tile = optnum(L, 2, "tile", 1 << 20),
-               .nmicro = (int)optnum(L, 2, "nmicro", 0), .depth = (int)optnum(L, 2, "depth", 2),
-               .order = (ExecOrder)order, .instances = (int)optnum(L, 2, "instances", 1),
-               .rotate = lua_toboolean(L, -1), .slowdown = optnum(L, 2, "slowdown", 0),
+  SimOpts o = {.size = l_optnum(L, 2, "size", 256.0 * (1 << 20)), .tile = l_optnum(L, 2, "tile", 1 << 20),
+               .nmicro = (int)l_optnum(L, 2, "nmicro", 0), .depth = (int)l_optnum(L, 2, "depth", 2),
+               .order = (ExecOrder)order, .instances = (int)l_optnum(L, 2, "instances", 1),
+               .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
                .trace = lua_toboolean(L, -2)};
   lua_pop(L, 3);
   SimResult r;
   Err e;
-  if (sim_run(pl, &o, &r, &e) != RC_OK) {
-    lua_pushnil(L);
-    lua_pushstring(L, e.msg);
-    lua_pushstring(L, rc_name(e.rc));
-    return 3;
-  }
+  if (sim_run(pl, &o, &r, &e) != RC_OK) return l_fail(L, &e);
   lua_createtable(L, 0, 20);
-  setnum(L, "size_bytes", o.size), setnum(L, "time_us", r.time_us);
-  setnum(L, "algbw_gbps", r.algbw), setnum(L, "busbw_gbps", r.busbw);
+  l_setnum(L, "size_bytes", o.size), l_setnum(L, "time_us", r.time_us);
+  l_setnum(L, "algbw_gbps", r.algbw), l_setnum(L, "busbw_gbps", r.busbw);
   lua_pushinteger(L, r.nmicro), lua_setfield(L, -2, "nmicro");
-  setnum(L, "tile_bytes", r.tile_bytes);
+  l_setnum(L, "tile_bytes", r.tile_bytes);
   lua_pushinteger(L, o.instances), lua_setfield(L, -2, "instances");
   lua_pushinteger(L, o.depth), lua_setfield(L, -2, "depth");
   lua_pushstring(L, orders[order]), lua_setfield(L, -2, "order");
   lua_pushinteger(L, r.tbs_per_rank_max), lua_setfield(L, -2, "tbs_per_rank_max");
   lua_pushinteger(L, r.ntb), lua_setfield(L, -2, "tbs_total");
-  setnum(L, "tb_busy_avg", r.busy_avg), setnum(L, "tb_idle_avg", r.idle_avg);
-  setnum(L, "tb_idle_max", r.idle_max), setnum(L, "tb_released_avg", r.released_avg);
+  l_setnum(L, "tb_busy_avg", r.busy_avg), l_setnum(L, "tb_idle_avg", r.idle_avg);
+  l_setnum(L, "tb_idle_max", r.idle_max), l_setnum(L, "tb_released_avg", r.released_avg);
   lua_pushinteger(L, r.events), lua_setfield(L, -2, "events");
   push_details(L, pl, &r);
   sim_free(&r);

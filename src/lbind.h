@@ -20,6 +20,16 @@
 Program *checkprogram(lua_State *L, int i);
 Topo *checktopo(lua_State *L, int i);
 
+/* Option tables: read field k of table t, or the default; bad values raise. */
+int l_optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]);
+int l_optbool(lua_State *L, int t, const char *k, int dflt);
+double l_optnum(lua_State *L, int t, const char *k, double dflt);
+/* Set field k of the table on top. */
+void l_setnum(lua_State *L, const char *k, double v);
+void l_setint(lua_State *L, const char *k, lua_Integer v);
+/* Return nil, message, code for a core error. */
+int l_fail(lua_State *L, const Err *e);
+
 /* Make a metatable with __index = methods and the given metamethods. */
 void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
 /* Push "file:line" of the Lua function `level` levels up (0 = caller). */

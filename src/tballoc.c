@@ -24,11 +24,6 @@
 
 #include "core.h"
 
-static int uf_find(int *up, int x) {
-  while (up[x] != x) x = up[x] = up[up[x]];
-  return x;
-}
-
 typedef struct {
   int unit, first;
 } Unit;

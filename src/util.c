@@ -63,6 +63,11 @@ double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+int uf_find(int *up, int x) {
+  while (up[x] != x) x = up[x] = up[up[x]];
+  return x;
+}
+
 void buf_init(Buf *b) { memset(b, 0, sizeof *b); }
 
 void buf_free(Buf *b) {

@@ -216,20 +216,15 @@ static void enqueue(Sim *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
 }
 
-static int uf(int *up, int x) {
-  while (up[x] != x) x = up[x] = up[up[x]];
-  return x;
-}
-
 /* Groups: primitives joined by carrying the same task. */
 static void make_groups(const Plan *pl, Sim *s) {
   int np = pl->np, ng = 0;
   int *up = xmalloc(((size_t)np + 1) * sizeof *up), *id = xmalloc(((size_t)np + 1) * sizeof *id);
   for (int i = 0; i < np; i++) up[i] = i, id[i] = -1;
-  for (int t = 0; t < pl->dag.n; t++) up[uf(up, pl->task_send[t])] = uf(up, pl->task_recv[t]);
+  for (int t = 0; t < pl->dag.n; t++) up[uf_find(up, pl->task_send[t])] = uf_find(up, pl->task_recv[t]);
   s->grp = xmalloc(((size_t)np + 1) * sizeof(int));
   for (int i = 0; i < np; i++) {
-    int r = uf(up, i);
+    int r = uf_find(up, i);
     if (id[r] < 0) id[r] = ng++;
     s->grp[i] = id[r];
   }
