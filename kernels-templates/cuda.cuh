@@ -1,0 +1,252 @@
+/*
+** cuda.cuh — the primitive macros for GPUs: the same RX_* vocabulary as
+** host.h, so the emitted program is the same text for both executors.
+**
+** One CUDA block is one TB. A connection is a FIFO of `nslots` slots in the
+** receiver's memory; `tail` (slots filled) lives with the receiver and is
+** written by the sender, `head` (slots drained) lives with the sender and is
+** written by the receiver, so each side polls local memory. Thread 0 waits,
+** the whole block moves the data (16-byte vectors when aligned), thread 0
+** publishes after a system-scope fence. Flags order primitives of one rank
+** that sit on different TBs. Every TB of a launch must be resident at once.
+** Primitives and TB bodies are not inlined: a tile is large, a call is cheap,
+** and a 32-rank program stays quick to compile.
+*/
+#ifndef RX_CUDA_CUH
+#define RX_CUDA_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
+enum { RX_F32, RX_I32, RX_F64, RX_I64 };
+enum { RX_SUM, RX_MAX, RX_MIN, RX_PROD };
+
+typedef struct {
+  unsigned long long *tail; /* receiver's memory */
+  unsigned long long *head; /* sender's memory */
+  char *slots;              /* receiver's memory: nslots * slot_bytes */
+} RxFifo;
+
+typedef struct RxRun {
+  int nranks, chunks, nmicro, nslots, dtype, op;
+  size_t count, esize, slot_bytes;
+  char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH], device pointers */
+  RxFifo *fifo;            /* per connection */
+  unsigned *flag;          /* per flag: micro-batches finished (the rank's own memory) */
+  const int *block_rank;   /* per block of the launch: its rank and TB */
+  const int *block_tb;
+} RxRun;
+
+typedef struct {
+  const RxRun *run;
+  int rank, tb, m;
+} RxCtx;
+
+__device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
+  return *(volatile const unsigned long long *)p;
+}
+
+__device__ static inline void rx_st(unsigned long long *p, unsigned long long v) {
+  __threadfence_system();
+  *(volatile unsigned long long *)p = v;
+}
+
+/* Element range of chunks [idx, idx+cnt) in micro-batch m: as rx_tile in host.h. */
+__device__ static inline void rx_tile(const RxRun *r, int idx, int cnt, int m, size_t *lo, size_t *n) {
+  size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
+  size_t slab = N * m / M, len = N * (m + 1) / M - slab;
+  *lo = (size_t)idx / C * N + slab + s * len / C;
+  *n = (s + cnt) * len / C - s * len / C;
+}
+
+__device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
+  return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
+}
+
+template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
+  switch (op) {
+  case RX_SUM: return a + b;
+  case RX_MAX: return a > b ? a : b;
+  case RX_MIN: return a < b ? a : b;
+  default: return a * b;
+  }
+}
+
+/* out[i] = operand[i] (+) in[i], or a copy when operand is NULL; the block strides. */
+template <typename T>
+__device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, T *fwd) {
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    T v = operand ? rx_op<T>(op, operand[i], in[i]) : in[i];
+    out[i] = v;
+    if (fwd) fwd[i] = v;
+  }
+}
+
+/* Plain copies of aligned data go 16 bytes at a time. */
+__device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
+  if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd | bytes) % 16 == 0) {
+    int4 *o = (int4 *)out, *f = (int4 *)fwd;
+    const int4 *s = (const int4 *)in;
+    for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
+      int4 v = s[i];
+      o[i] = v;
+      if (f) f[i] = v;
+    }
+  } else {
+    for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) {
+      char v = in[i];
+      out[i] = v;
+      if (fwd) fwd[i] = v;
+    }
+  }
+}
+
+/* Move n elements: out = in, or out = operand (+) in; also write them to fwd. */
+__device__ static inline void rx_move(const RxRun *r, char *out, const char *operand, const char *in, size_t n,
+                                      char *fwd) {
+  if (!operand) return rx_copy16(out, in, n * r->esize, fwd);
+  switch (r->dtype) {
+  case RX_F32: return rx_move_t<float>((float *)out, (const float *)operand, (const float *)in, n, r->op, (float *)fwd);
+  case RX_I32:
+    return rx_move_t<int32_t>((int32_t *)out, (const int32_t *)operand, (const int32_t *)in, n, r->op, (int32_t *)fwd);
+  case RX_F64:
+    return rx_move_t<double>((double *)out, (const double *)operand, (const double *)in, n, r->op, (double *)fwd);
+  default:
+    return rx_move_t<int64_t>((int64_t *)out, (const int64_t *)operand, (const int64_t *)in, n, r->op, (int64_t *)fwd);
+  }
+}
+
+__device__ static inline void rx_wait(RxCtx *x, int f, int m) {
+  if (threadIdx.x == 0)
+    while (*(volatile unsigned *)&x->run->flag[f] < (unsigned)m + 1) {
+    }
+  __syncthreads();
+}
+
+__device__ static inline void rx_post(RxCtx *x, int f, int m) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *(volatile unsigned *)&x->run->flag[f] = (unsigned)m + 1;
+  }
+}
+
+/* Thread 0 waits until connection c has a free slot; everyone gets its address. */
+__device__ static inline char *rx_slot_out(RxCtx *x, int c, unsigned long long *seq) {
+  __shared__ unsigned long long s_tail;
+  const RxFifo *f = &x->run->fifo[c];
+  if (threadIdx.x == 0) {
+    unsigned long long t = rx_ld(f->tail);
+    while (t - rx_ld(f->head) >= (unsigned long long)x->run->nslots) {
+    }
+    s_tail = t;
+  }
+  __syncthreads();
+  *seq = s_tail;
+  return f->slots + (size_t)(s_tail % x->run->nslots) * x->run->slot_bytes;
+}
+
+__device__ static inline const char *rx_slot_in(RxCtx *x, int c, unsigned long long *seq) {
+  __shared__ unsigned long long s_head;
+  const RxFifo *f = &x->run->fifo[c];
+  if (threadIdx.x == 0) {
+    unsigned long long h = rx_ld(f->head);
+    while (rx_ld(f->tail) == h) {
+    }
+    s_head = h;
+  }
+  __syncthreads();
+  *seq = s_head;
+  return f->slots + (size_t)(s_head % x->run->nslots) * x->run->slot_bytes;
+}
+
+/* After the block's writes: publish (thread 0, system-scope fence first). */
+__device__ static inline void rx_publish(unsigned long long *p, unsigned long long v) {
+  __syncthreads();
+  if (threadIdx.x == 0) rx_st(p, v);
+}
+
+__device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
+  size_t lo, n, per = x->run->slot_bytes / x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    unsigned long long seq;
+    char *s = rx_slot_out(x, cout, &seq);
+    rx_move(x->run, s, NULL, rx_at(x, buf, lo + k), w, NULL);
+    rx_publish(x->run->fifo[cout].tail, seq + 1);
+  }
+}
+
+/* Receive into (wbuf, widx), reducing with (ubuf, uidx) when ubuf >= 0; forward on cout. */
+__device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
+                                      int m) {
+  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  rx_tile(x->run, widx, cnt, m, &lo, &n);
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    unsigned long long in_seq, out_seq = 0;
+    const char *s = rx_slot_in(x, cin, &in_seq);
+    char *o = cout >= 0 ? rx_slot_out(x, cout, &out_seq) : NULL;
+    rx_move(x->run, rx_at(x, wbuf, lo + k), ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, o);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (cout >= 0) rx_st(x->run->fifo[cout].tail, out_seq + 1);
+      rx_st(x->run->fifo[cin].head, in_seq + 1);
+    }
+  }
+}
+
+__device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
+  size_t slo, dlo, n, per = x->run->slot_bytes / x->run->esize;
+  rx_tile(x->run, ridx, cnt, m, &slo, &n);
+  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    unsigned long long seq;
+    char *s = rx_slot_out(x, cout, &seq);
+    rx_move(x->run, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, s);
+    rx_publish(x->run->fifo[cout].tail, seq + 1);
+  }
+}
+
+__device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
+                                       int m) {
+  size_t slo, ulo = 0, dlo, n;
+  rx_tile(x->run, ridx, cnt, m, &slo, &n);
+  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  rx_move(x->run, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, NULL);
+  __syncthreads();
+}
+
+/* The emitted program's vocabulary, as in host.h. */
+#define RX_TB(r, b) __device__ static __noinline__ void rx_tb_##r##_##b(RxCtx *x)
+#define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
+#define RX_AT(i) ((void)(i))
+#define RX_WAIT(f) rx_wait(x, f, m)
+#define RX_POST(f) rx_post(x, f, m)
+#define RX_SEND(c, b, i, n) rx_send(x, c, b, i, n, m)
+#define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, m)
+#define RX_RRC(c, ub, ui, b, i, n) rx_recv(x, c, -1, ub, ui, b, i, n, m)
+#define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, m)
+#define RX_RRCS(ci, co, ub, ui, b, i, n) rx_recv(x, ci, co, ub, ui, b, i, n, m)
+#define RX_CS(co, rb, ri, wb, wi, n) rx_copy_send(x, co, rb, ri, wb, wi, n, m)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)
+/* A rank is a switch over its TBs; the program one kernel over its ranks. */
+#define RX_RANK_BEGIN(r) __device__ static void rx_rank_##r(RxCtx *x) { switch (x->tb) {
+#define RX_RANK_TB(r, b) case b: rx_tb_##r##_##b(x); break;
+#define RX_RANK_END(r) default: break; } }
+#define RX_RANK_EXTERN(r)
+#define RX_PROGRAM_BEGIN(n) \
+  extern "C" __global__ void rx_kernel(const RxRun *run) { \
+    RxCtx ctx = {run, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], 0}; \
+    RxCtx *x = &ctx; \
+    switch (x->rank) {
+#define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;
+#define RX_PROGRAM_END default: break; } }
+
+#endif

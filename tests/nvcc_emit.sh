@@ -1,0 +1,17 @@
+#!/bin/sh
+# Compiles the emitted CUDA of every algorithm for sm_90 (no GPU needed).
+# Exits 77 (skipped) where there is no nvcc.
+set -eu
+bin=$1
+src=$(cd "$(dirname "$0")/.." && pwd)
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$nvcc" ] || { echo "nvcc not found: CUDA emission not compiled (skipped)"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for alg in "$src"/algorithms/*.lua; do
+  name=$(basename "$alg" .lua)
+  case $name in *_hm) args=topo=a100:2x2 ;; *) args=ranks=4 ;; esac
+  "$bin" compile "$alg" $args --emit cuda >"$tmp/$name.cu"
+  "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/$name.o" "$tmp/$name.cu"
+  echo "compiled $name ($args) for sm_90"
+done
