@@ -433,14 +433,40 @@ typedef struct {
 typedef struct {
   double max_err;    /* largest |out - ref| over every checked element */
   size_t nwrong;     /* elements that differ from the reference */
-  double ms;         /* wall time of the run, compile excluded */
+  double ms;         /* wall time of the run, compile excluded (GPU: median of the timed runs) */
+  int ndev;          /* GPUs used (exec_gpu) */
   char first_wrong[256];
 } ExecResult;
 
 rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
+/* The options make sense, and both ends of every transfer move the same
+   number of elements at this count. */
+rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e);
+
+/* ------------------------------------------------------------ exec_gpu.c */
+
+typedef struct {
+  int ndev;     /* GPUs to spread the ranks over; 0 = all */
+  int threads;  /* per TB; 0 = 512 */
+  int iters;    /* timed runs after the checked one */
+} GpuOpts;
+
+rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResult *r, Err *e);
+
+/* ---------------------------------------------------------------- data.c */
+
+typedef void (*RedFn)(void *dst, const void *src, size_t n); /* dst[i] = dst[i] (op) src[i] */
+extern const size_t dtype_size[NDTYPE];
 const char *dtype_name(int d);
 int dtype_parse(const char *s);
 const char *redop_name(int o);
 int redop_parse(const char *s);
+RedFn data_reducer(Dtype dt, RedOp op);
+/* Elements per rank of each buffer for this count. */
+void data_elems(const Program *p, size_t count, size_t elems[NBUF]);
+/* Per rank, three buffers (rank*3 + BUF_*): inputs where the placement puts them, the rest poisoned. */
+char **data_buffers(const Plan *pl, const ExecOpts *o);
+/* Compare every output element with the reference; fills max_err, nwrong, first_wrong. */
+void data_check(const Plan *pl, const ExecOpts *o, char *const *buf, ExecResult *res);
 
 #endif

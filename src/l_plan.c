@@ -122,7 +122,8 @@ static int l_plan_emit(lua_State *L) {
   return 1;
 }
 
-/* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=} */
+/* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=,
+              gpu=, ndev=, threads=, iters=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
   static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
@@ -142,13 +143,16 @@ static int l_plan_exec(lua_State *L) {
   lua_getfield(L, 2, "timeout_ms");
   o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
   lua_pop(L, 5);
+  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 512), (int)l_optnum(L, 2, "iters", 0)};
   ExecResult r;
   Err e;
-  if (exec_host(pl, &o, &r, &e) != RC_OK) return l_fail(L, &e);
+  if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)
+    return l_fail(L, &e);
   lua_createtable(L, 0, 4);
   l_setnum(L, "max_err", r.max_err);
   l_setint(L, "wrong", (lua_Integer)r.nwrong);
   l_setnum(L, "ms", r.ms);
+  if (r.ndev) l_setint(L, "ndev", r.ndev);
   if (r.nwrong) lua_pushstring(L, r.first_wrong), lua_setfield(L, -2, "first_wrong");
   return 1;
 }

@@ -31,6 +31,8 @@ options:
   --fuse auto|always|never   fuse a receive with the send it feeds: auto
                          (default) drops fusion when it would deadlock
   --emit host|cuda       print the emitted program (compile)
+  --gpu                  run: execute the emitted CUDA on the GPUs (ndev=N spreads
+                         the ranks over N GPUs, iters=N timed runs)
   --version              print the version
 
 sim options:
@@ -83,6 +85,7 @@ local function parse(argv)
     elseif a == "--inplace" then o.inplace = true
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
+    elseif a == "--gpu" then o.gpu = true
     elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
@@ -142,6 +145,8 @@ local function exec_args(o)
   return {
     count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4, dtype = a.dtype, op = a.op,
     slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
+    gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
+    threads = tonumber(a.threads),
   }
 end
 
@@ -236,7 +241,7 @@ function M.run(o)
         if not res then
           e.error, ok = xerr, false
         else
-          e.max_err, e.wrong, e.ms, e.first_wrong = res.max_err, res.wrong, res.ms, res.first_wrong
+          e.max_err, e.wrong, e.ms, e.first_wrong, e.ndev = res.max_err, res.wrong, res.ms, res.first_wrong, res.ndev
           if res.wrong > 0 then ok = false end
         end
       end
@@ -266,9 +271,9 @@ function M.run(o)
     if e.skipped then what = "skipped: " .. e.skipped
     elseif e.error then what = "FAILED: " .. e.error
     else
-      what = ("%s %s count=%d nmicro=%d: max error %g, %d wrong (%.1f ms)%s"):format(ea.dtype or "f32",
-        ea.op or "sum", ea.count, ea.nmicro, e.max_err, e.wrong, e.ms,
-        e.first_wrong and ("; first: " .. e.first_wrong) or "")
+      what = ("%s%s %s count=%d nmicro=%d: max error %g, %d wrong (%.3f ms)%s"):format(
+        e.ndev and ("GPU x" .. e.ndev .. " ") or "", ea.dtype or "f32", ea.op or "sum", ea.count, ea.nmicro,
+        e.max_err, e.wrong, e.ms, e.first_wrong and ("; first: " .. e.first_wrong) or "")
     end
     line(e.placement == "in-place" and "exec inplace" or "exec", what)
   end

@@ -1,0 +1,43 @@
+#!/bin/sh
+# On a GPU machine: build resccl, then run the emitted CUDA of the shipped
+# algorithms on the GPUs (virtual ranks on one GPU, and spread over all of
+# them) and check every result against the reference.
+#   tools/gpu-check.sh [OUTDIR]
+# Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
+# (`apt-get download liblua5.4-0 liblua5.4-dev`); they are unpacked to /opt/lua.
+set -u
+out=${1:-${OUT:-/tmp/gpu-check}}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+cd "$(dirname "$0")/.."
+if [ -d .deps/debs ] && [ ! -f /usr/include/lua5.4/lua.h ]; then
+  for f in .deps/debs/*.deb; do dpkg -x "$f" /opt/lua; done
+  export CPATH=/opt/lua/usr/include/lua5.4:/opt/lua/usr/include/x86_64-linux-gnu
+  export LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu
+  export LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
+  prefix="-DCMAKE_PREFIX_PATH=/opt/lua/usr -DLUA_INCLUDE_DIR=/opt/lua/usr/include/lua5.4"
+  prefix="$prefix -DLUA_LIBRARY=/opt/lua/usr/lib/x86_64-linux-gnu/liblua5.4.so"
+fi
+nvidia-smi -L | tee "$out/gpus.txt"
+ngpu=$(nvidia-smi -L | grep -c GPU)
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF ${prefix:-} >"$out/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+bin=build-gpu/resccl
+fail=0
+check() { # name args...
+  name=$1
+  shift
+  if "$bin" run "$@" --gpu >"$out/$name.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+  printf '%-44s %s  %s\n' "$name" "$r" "$(grep -E '^exec ' "$out/$name.txt" | sed 's/  */ /g' | cut -c1-100 | head -1)"
+}
+big="count=1048576 nmicro=4 slots=4 slot_bytes=524288 iters=5"
+for a in allgather_ring reducescatter_ring allreduce_ring allgather_allpairs alltoall_direct allreduce_rd; do
+  check "$a.r4.virtual" "algorithms/$a.lua" ranks=4 ndev=1 count=4099 nmicro=3 slots=2 slot_bytes=4096
+  check "$a.r2.gpu$ngpu" "algorithms/$a.lua" ranks=2 ndev="$ngpu" $big
+done
+check allreduce_hm.2x2.virtual algorithms/allreduce_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
+check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
+check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
+check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
+echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
+exit $fail
