@@ -84,7 +84,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
       head[dbase + c] = -1;
       key[dbase + c] = tk->cnt == 1 ? tk->chunk : tk->didx + c; /* a block copy keeps each chunk's own key */
     }
-    qsort(tmp, (size_t)ntmp, sizeof *tmp, edge_cmp);
+    if (ntmp) qsort(tmp, (size_t)ntmp, sizeof *tmp, edge_cmp);
     d->pred_off[i] = npred;
     for (int k = 0; k < ntmp; k++) {
       if (k > 0 && tmp[k].task == tmp[k - 1].task && tmp[k].rank == tmp[k - 1].rank) continue;

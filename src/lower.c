@@ -198,7 +198,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
       int pa = prim_at(pl, a, r), pb = prim_at(pl, b, r);
       if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa}));
     }
-  qsort(w, (size_t)nw, sizeof *w, wait_cmp);
+  if (nw) qsort(w, (size_t)nw, sizeof *w, wait_cmp);
   pl->wait = xmalloc(((size_t)nw + 1) * sizeof(int));
   int *cnt = xcalloc((size_t)pl->np + 1, sizeof *cnt);
   pl->nwait = 0;

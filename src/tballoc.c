@@ -76,7 +76,7 @@ static void by_activity(Plan *pl, TbPolicy pol) {
         first[u] = -1 - first[u]; /* listed once */
       }
     }
-    qsort(us, (size_t)nus, sizeof *us, unit_cmp);
+    if (nus) qsort(us, (size_t)nus, sizeof *us, unit_cmp);
     int ntb = 0;
     for (int k = 0; k < nus; k++) {
       int u = us[k].unit, b = -1;
