@@ -11,6 +11,11 @@
 ** that sit on different TBs. Every TB of a launch must be resident at once.
 ** Primitives and TB bodies are not inlined: a tile is large, a call is cheap,
 ** and a 32-rank program stays quick to compile.
+**
+** Channels: one TB cannot fill an NVLink bundle, so every TB of the plan runs
+** as `nchan` blocks, block k moving slice k of every tile over its own FIFO
+** and flags. Slices never meet, so the channels are independent copies of
+** the verified plan.
 */
 #ifndef RX_CUDA_CUH
 #define RX_CUDA_CUH
@@ -29,18 +34,19 @@ typedef struct {
 } RxFifo;
 
 typedef struct RxRun {
-  int nranks, chunks, nmicro, nslots, dtype, op;
+  int nranks, chunks, nmicro, nslots, dtype, op, nchan;
   size_t count, esize, slot_bytes;
   char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH], device pointers */
-  RxFifo *fifo;            /* per connection */
-  unsigned *flag;          /* per flag: micro-batches finished (the rank's own memory) */
-  const int *block_rank;   /* per block of the launch: its rank and TB */
+  RxFifo *fifo;            /* per connection and channel: [conn * nchan + chan] */
+  unsigned *flag;          /* per flag and channel: micro-batches finished (the rank's own memory) */
+  const int *block_rank;   /* per block of the launch: its rank, TB and channel */
   const int *block_tb;
+  const int *block_chan;
 } RxRun;
 
 typedef struct {
   const RxRun *run;
-  int rank, tb, m;
+  int rank, tb, chan, m;
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
@@ -52,13 +58,20 @@ __device__ static inline void rx_st(unsigned long long *p, unsigned long long v)
   *(volatile unsigned long long *)p = v;
 }
 
-/* Element range of chunks [idx, idx+cnt) in micro-batch m: as rx_tile in host.h. */
-__device__ static inline void rx_tile(const RxRun *r, int idx, int cnt, int m, size_t *lo, size_t *n) {
+/* Element range of chunks [idx, idx+cnt) in micro-batch m, as rx_tile in
+   host.h, then this block's channel slice of it. */
+__device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {
+  const RxRun *r = x->run;
   size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
   size_t slab = N * m / M, len = N * (m + 1) / M - slab;
-  *lo = (size_t)idx / C * N + slab + s * len / C;
-  *n = (s + cnt) * len / C - s * len / C;
+  size_t a = (size_t)idx / C * N + slab + s * len / C, t = (s + cnt) * len / C - s * len / C;
+  size_t K = (size_t)r->nchan, k = (size_t)x->chan;
+  *lo = a + t * k / K;
+  *n = t * (k + 1) / K - t * k / K;
 }
+
+__device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nchan + x->chan]; }
+__device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nchan + x->chan]; }
 
 __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
   return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
@@ -119,7 +132,7 @@ __device__ static inline void rx_move(const RxRun *r, char *out, const char *ope
 
 __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
   if (threadIdx.x == 0)
-    while (*(volatile unsigned *)&x->run->flag[f] < (unsigned)m + 1) {
+    while (*(volatile unsigned *)rx_flag(x, f) < (unsigned)m + 1) {
     }
   __syncthreads();
 }
@@ -128,14 +141,14 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    *(volatile unsigned *)&x->run->flag[f] = (unsigned)m + 1;
+    *(volatile unsigned *)rx_flag(x, f) = (unsigned)m + 1;
   }
 }
 
 /* Thread 0 waits until connection c has a free slot; everyone gets its address. */
 __device__ static inline char *rx_slot_out(RxCtx *x, int c, unsigned long long *seq) {
   __shared__ unsigned long long s_tail;
-  const RxFifo *f = &x->run->fifo[c];
+  const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
     unsigned long long t = rx_ld(f->tail);
     while (t - rx_ld(f->head) >= (unsigned long long)x->run->nslots) {
@@ -149,7 +162,7 @@ __device__ static inline char *rx_slot_out(RxCtx *x, int c, unsigned long long *
 
 __device__ static inline const char *rx_slot_in(RxCtx *x, int c, unsigned long long *seq) {
   __shared__ unsigned long long s_head;
-  const RxFifo *f = &x->run->fifo[c];
+  const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
     unsigned long long h = rx_ld(f->head);
     while (rx_ld(f->tail) == h) {
@@ -169,13 +182,13 @@ __device__ static inline void rx_publish(unsigned long long *p, unsigned long lo
 
 __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
   size_t lo, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  rx_tile(x, idx, cnt, m, &lo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
     rx_move(x->run, s, NULL, rx_at(x, buf, lo + k), w, NULL);
-    rx_publish(x->run->fifo[cout].tail, seq + 1);
+    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
 
@@ -183,8 +196,8 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                       int m) {
   size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x->run, widx, cnt, m, &lo, &n);
-  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  rx_tile(x, widx, cnt, m, &lo, &n);
+  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long in_seq, out_seq = 0;
@@ -193,31 +206,31 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
     rx_move(x->run, rx_at(x, wbuf, lo + k), ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, o);
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (cout >= 0) rx_st(x->run->fifo[cout].tail, out_seq + 1);
-      rx_st(x->run->fifo[cin].head, in_seq + 1);
+      if (cout >= 0) rx_st(rx_fifo(x, cout)->tail, out_seq + 1);
+      rx_st(rx_fifo(x, cin)->head, in_seq + 1);
     }
   }
 }
 
 __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
   size_t slo, dlo, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x->run, ridx, cnt, m, &slo, &n);
-  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  rx_tile(x, ridx, cnt, m, &slo, &n);
+  rx_tile(x, widx, cnt, m, &dlo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
     rx_move(x->run, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, s);
-    rx_publish(x->run->fifo[cout].tail, seq + 1);
+    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
 
 __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                        int m) {
   size_t slo, ulo = 0, dlo, n;
-  rx_tile(x->run, ridx, cnt, m, &slo, &n);
-  rx_tile(x->run, widx, cnt, m, &dlo, &n);
-  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  rx_tile(x, ridx, cnt, m, &slo, &n);
+  rx_tile(x, widx, cnt, m, &dlo, &n);
+  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   rx_move(x->run, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, NULL);
   __syncthreads();
 }
@@ -243,7 +256,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_RANK_EXTERN(r)
 #define RX_PROGRAM_BEGIN(n) \
   extern "C" __global__ void rx_kernel(const RxRun *run) { \
-    RxCtx ctx = {run, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], 0}; \
+    RxCtx ctx = {run, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0}; \
     RxCtx *x = &ctx; \
     switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;

@@ -3,8 +3,8 @@
 ** emitted program (cuda.cuh + the rank/TB bodies): spread the ranks over the
 ** GPUs (rank r on GPU r % ndev; several ranks on one GPU are virtual ranks),
 ** give every connection its FIFO in the receiver's memory, enable peer
-** access, and launch one kernel per GPU holding all of that GPU's TBs, which
-** must be resident together. Each run starts from the initial buffers and
+** access, and launch one kernel per GPU holding all of that GPU's TBs, each
+** as `nchan` blocks (see cuda.cuh), which must be resident together. Each run starts from the initial buffers and
 ** zeroed counters; the first run is checked, the others timed.
 */
 #include <cuda_runtime.h>
@@ -75,16 +75,18 @@ static int rx_run(const RxGpuJob *job, RxGpuOut *out) {
                           cudaMemcpyHostToDevice));
     }
   }
-  /* FIFOs: slots and tail with the receiver, head with the sender. */
-  std::vector<RxFifo> fifo(job->nconn);
+  /* FIFOs, one per connection and channel: slots and tail with the receiver, head with the sender. */
+  int K = job->nchan > 0 ? job->nchan : 1, nf = job->nconn * K;
+  std::vector<RxFifo> fifo(nf);
   std::vector<unsigned long long *> counters;
-  for (int c = 0; c < job->nconn; c++) {
+  for (int i = 0; i < nf; i++) {
+    int c = i / K;
     RX_CHECK(cudaSetDevice(dev(job->conn_dst[c])));
-    RX_CHECK(rx_alloc(&fifo[c].slots, (size_t)job->nslots * job->slot_bytes));
-    RX_CHECK(rx_alloc(&fifo[c].tail, sizeof(unsigned long long)));
+    RX_CHECK(rx_alloc(&fifo[i].slots, (size_t)job->nslots * job->slot_bytes));
+    RX_CHECK(rx_alloc(&fifo[i].tail, sizeof(unsigned long long)));
     RX_CHECK(cudaSetDevice(dev(job->conn_src[c])));
-    RX_CHECK(rx_alloc(&fifo[c].head, sizeof(unsigned long long)));
-    counters.push_back(fifo[c].tail), counters.push_back(fifo[c].head);
+    RX_CHECK(rx_alloc(&fifo[i].head, sizeof(unsigned long long)));
+    counters.push_back(fifo[i].tail), counters.push_back(fifo[i].head);
   }
   /* Per GPU: its flags, its blocks, and its copy of the run description. */
   std::vector<unsigned *> flags(ndev);
@@ -97,10 +99,11 @@ static int rx_run(const RxGpuJob *job, RxGpuOut *out) {
     RX_CHECK(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
     RX_CHECK(cudaEventCreate(&ev0[d]));
     RX_CHECK(cudaEventCreate(&ev1[d]));
-    RX_CHECK(rx_alloc(&flags[d], sizeof(unsigned) * (job->nflags + 1)));
-    std::vector<int> brank, btb;
+    RX_CHECK(rx_alloc(&flags[d], sizeof(unsigned) * (job->nflags + 1) * K));
+    std::vector<int> brank, btb, bchan;
     for (int r = d; r < R; r += ndev)
-      for (int b = 0; b < job->ntb[r]; b++) brank.push_back(r), btb.push_back(b);
+      for (int b = 0; b < job->ntb[r]; b++)
+        for (int k = 0; k < K; k++) brank.push_back(r), btb.push_back(b), bchan.push_back(k);
     nblocks[d] = (int)brank.size();
     int per_sm = 0, sms = 0;
     RX_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rx_kernel, job->threads, 0));
@@ -109,19 +112,21 @@ static int rx_run(const RxGpuJob *job, RxGpuOut *out) {
       return snprintf(out->error, sizeof out->error,
                       "GPU %d would need %d resident TBs and holds %d (%d per SM): use more GPUs", d, nblocks[d],
                       per_sm * sms, per_sm), 1;
-    int *d_brank, *d_btb;
+    int *d_brank, *d_btb, *d_bchan;
     char **d_buf;
     RxFifo *d_fifo;
     RX_CHECK(rx_alloc(&d_brank, sizeof(int) * (nblocks[d] + 1)));
     RX_CHECK(rx_alloc(&d_btb, sizeof(int) * (nblocks[d] + 1)));
     RX_CHECK(cudaMemcpy(d_brank, brank.data(), sizeof(int) * nblocks[d], cudaMemcpyHostToDevice));
     RX_CHECK(cudaMemcpy(d_btb, btb.data(), sizeof(int) * nblocks[d], cudaMemcpyHostToDevice));
+    RX_CHECK(rx_alloc(&d_bchan, sizeof(int) * (nblocks[d] + 1)));
+    RX_CHECK(cudaMemcpy(d_bchan, bchan.data(), sizeof(int) * nblocks[d], cudaMemcpyHostToDevice));
     RX_CHECK(rx_alloc(&d_buf, sizeof(char *) * 3 * R));
     RX_CHECK(cudaMemcpy(d_buf, buf.data(), sizeof(char *) * 3 * R, cudaMemcpyHostToDevice));
-    RX_CHECK(rx_alloc(&d_fifo, sizeof(RxFifo) * (job->nconn + 1)));
-    RX_CHECK(cudaMemcpy(d_fifo, fifo.data(), sizeof(RxFifo) * job->nconn, cudaMemcpyHostToDevice));
-    RxRun run = {R, job->chunks, job->nmicro, job->nslots, job->dtype, job->op, job->count, job->esize,
-                 job->slot_bytes, d_buf, d_fifo, flags[d], d_brank, d_btb};
+    RX_CHECK(rx_alloc(&d_fifo, sizeof(RxFifo) * (nf + 1)));
+    RX_CHECK(cudaMemcpy(d_fifo, fifo.data(), sizeof(RxFifo) * nf, cudaMemcpyHostToDevice));
+    RxRun run = {R, job->chunks, job->nmicro, job->nslots, job->dtype, job->op, K, job->count, job->esize,
+                 job->slot_bytes, d_buf, d_fifo, flags[d], d_brank, d_btb, d_bchan};
     RX_CHECK(rx_alloc(&runs[d], sizeof run));
     RX_CHECK(cudaMemcpy(runs[d], &run, sizeof run, cudaMemcpyHostToDevice));
   }
@@ -137,7 +142,7 @@ static int rx_run(const RxGpuJob *job, RxGpuOut *out) {
     for (size_t k = 0; k < counters.size(); k++) RX_CHECK(cudaMemset(counters[k], 0, sizeof(unsigned long long)));
     for (int d = 0; d < ndev; d++) {
       RX_CHECK(cudaSetDevice(d));
-      RX_CHECK(cudaMemset(flags[d], 0, sizeof(unsigned) * (job->nflags + 1)));
+      RX_CHECK(cudaMemset(flags[d], 0, sizeof(unsigned) * (job->nflags + 1) * K));
       RX_CHECK(cudaDeviceSynchronize());
     }
     for (int d = 0; d < ndev; d++) {

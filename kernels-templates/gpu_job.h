@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 typedef struct {
-  int nranks, ndev, chunks, nmicro, nslots, dtype, op, threads, iters;
+  int nranks, ndev, chunks, nmicro, nslots, dtype, op, threads, iters, nchan;
   size_t count, esize, slot_bytes;
   size_t elems[3];           /* elements per rank of input, output, scratch */
   int nconn;

@@ -449,6 +449,7 @@ typedef struct {
   int ndev;     /* GPUs to spread the ranks over; 0 = all */
   int threads;  /* per TB; 0 = 512 */
   int iters;    /* timed runs after the checked one */
+  int nchan;    /* blocks per TB, each moving a slice of every tile; 0 = 1 */
 } GpuOpts;
 
 rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResult *r, Err *e);

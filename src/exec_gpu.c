@@ -1,12 +1,14 @@
 /*
 ** exec_gpu.c — run the emitted program on GPUs: the plan is emitted for the
 ** CUDA target, compiled with nvcc for sm_90 together with the host driver
-** (kernels-templates/gpu_driver.cu) into a shared object, loaded, and run on
+** (kernels-templates/gpu_driver.cu) into a shared object (cached on disk by
+** the hash of its source), loaded, and run on
 ** the inputs data.c makes; the outputs are checked against data.c's
 ** reference, as on the host. Ranks beyond the GPUs present share GPUs.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +23,42 @@ static const char *nvcc_path(void) {
   return access("/usr/local/cuda/bin/nvcc", X_OK) == 0 ? "/usr/local/cuda/bin/nvcc" : "nvcc";
 }
 
+/* The cache directory for compiled programs: $RESCCL_CACHE, else ~/.cache/resccl. */
+static int cache_dir(char *out, size_t n) {
+  const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
+  if (env && *env) snprintf(out, n, "%s", env);
+  else if (home && *home) snprintf(out, n, "%s/.cache/resccl", home);
+  else return 0;
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", out);
+  return system(cmd) == 0;
+}
+
+static uint64_t fnv1a(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/*
+** Emit the program for CUDA with the driver, and load its shared object:
+** from the cache when this exact source was built before for sm_90, else
+** built with nvcc and then cached.
+*/
 static rcStatus build(const Plan *pl, const char *dir, void **dl, Err *e) {
   Buf src, cmd;
   buf_init(&src), buf_init(&cmd);
   buf_puts(&src, tpl_text("gpu_job.h"));
   rcStatus rc = emit_program(pl, EMIT_CUDA, &src, e);
   buf_puts(&src, tpl_text("gpu_driver.cu"));
-  char path[700];
+  char path[700], cache[600], cached[700] = "";
+  if (rc == RC_OK && cache_dir(cache, sizeof cache)) {
+    snprintf(cached, sizeof cached, "%s/%016llx-sm_90.so", cache, (unsigned long long)fnv1a(src.s, src.n));
+    if (access(cached, R_OK) == 0 && (*dl = dlopen(cached, RTLD_NOW | RTLD_LOCAL))) {
+      buf_free(&src), buf_free(&cmd);
+      return RC_OK;
+    }
+  }
   snprintf(path, sizeof path, "%s/program.cu", dir);
   FILE *f = rc == RC_OK ? fopen(path, "w") : NULL;
   if (rc == RC_OK && (!f || fwrite(src.s, 1, src.n, f) != src.n)) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
@@ -44,6 +75,12 @@ static rcStatus build(const Plan *pl, const char *dir, void **dl, Err *e) {
   buf_free(&src), buf_free(&cmd);
   if (rc != RC_OK) return rc;
   snprintf(path, sizeof path, "%s/program.so", dir);
+  if (*cached) { /* into the cache, atomically: a rename within one directory */
+    char tmp[720], mv[2200];
+    snprintf(tmp, sizeof tmp, "%s.%d", cached, (int)getpid());
+    snprintf(mv, sizeof mv, "cp '%s' '%s' && mv '%s' '%s'", path, tmp, tmp, cached);
+    if (system(mv) == 0) snprintf(path, sizeof path, "%s", cached);
+  }
   *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   return *dl ? RC_OK : err_set(e, RC_EEXEC, "cannot load the emitted CUDA program: %s", dlerror());
 }
@@ -69,6 +106,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   }
   RxGpuJob job = {.nranks = R, .ndev = g->ndev, .chunks = p->chunks, .nmicro = o->nmicro, .nslots = o->nslots,
                   .dtype = o->dtype, .op = o->op, .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters,
+                  .nchan = g->nchan > 0 ? g->nchan : 1,
                   .count = o->count, .esize = dtype_size[o->dtype],
                   .slot_bytes = o->slot_bytes / dtype_size[o->dtype] * dtype_size[o->dtype], .nconn = pl->nconn,
                   .nflags = pl->nflags, .ntb = pl->ntb};

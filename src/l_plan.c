@@ -123,7 +123,7 @@ static int l_plan_emit(lua_State *L) {
 }
 
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=,
-              gpu=, ndev=, threads=, iters=}: on the host, or on GPUs when gpu is set */
+              gpu=, ndev=, threads=, iters=, channels=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
   static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
@@ -143,7 +143,8 @@ static int l_plan_exec(lua_State *L) {
   lua_getfield(L, 2, "timeout_ms");
   o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
   lua_pop(L, 5);
-  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 512), (int)l_optnum(L, 2, "iters", 0)};
+  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 512), (int)l_optnum(L, 2, "iters", 0),
+               (int)l_optnum(L, 2, "channels", 1)};
   ExecResult r;
   Err e;
   if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)

@@ -40,4 +40,31 @@ check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 
 check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
 check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
+
+# Bandwidth, side by side with NCCL in the same run (out-of-place busbw, GB/s).
+if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
+  nvcc -O2 -o "$out/nccl-bench" tools/nccl-bench.cu -lnccl >/dev/null 2>&1 &&
+    "$out/nccl-bench" 8388608 536870912 >"$out/nccl.txt" 2>&1
+  echo "# resccl ring, $ngpu GPUs, out-of-place busbw GB/s by channels (blocks per TB); NCCL in the last column"
+  printf '%-14s %10s %8s %8s %8s %8s %8s\n' collective bytes ch=1 ch=4 ch=8 ch=16 NCCL
+  for c in allreduce allgather reducescatter; do
+    for bytes in 8388608 67108864 536870912; do
+      n=$ngpu elems=$((bytes / 4)) count=$elems factor=1
+      [ $c = allreduce ] && factor=2 || count=$((elems / n))
+      nmicro=$((bytes / 8388608)); [ $nmicro -lt 1 ] && nmicro=1
+      row=$(printf '%-14s %10s' $c $bytes)
+      for ch in 1 4 8 16; do
+        "$bin" run "algorithms/${c}_ring.lua" ranks=$n ndev=$n count=$count nmicro=$nmicro slots=4 \
+          slot_bytes=524288 channels=$ch iters=10 --gpu >"$out/bench-$c-$bytes-$ch.txt" 2>&1 || fail=1
+        ms=$(sed -n 's/^exec .*wrong (\([0-9.]*\) ms).*/\1/p' "$out/bench-$c-$bytes-$ch.txt" | head -1)
+        bw=$(awk -v b=$bytes -v ms="${ms:-0}" -v n=$n -v f=$factor \
+          'BEGIN { if (ms > 0) printf "%.1f", b / (ms / 1e3) / 1e9 * f * (n - 1) / n; else print "-" }')
+        row="$row $(printf '%8s' "$bw")"
+      done
+      col=$([ $c = allreduce ] && echo 2 || ([ $c = allgather ] && echo 3 || echo 4))
+      nccl=$(awk -v b=$bytes -v k=$col '$1 == b { print $k }' "$out/nccl.txt")
+      echo "$row $(printf '%8s' "${nccl:--}")"
+    done
+  done
+fi
 exit $fail

@@ -32,7 +32,8 @@ options:
                          (default) drops fusion when it would deadlock
   --emit host|cuda       print the emitted program (compile)
   --gpu                  run: execute the emitted CUDA on the GPUs (ndev=N spreads
-                         the ranks over N GPUs, iters=N timed runs)
+                         the ranks over N GPUs, iters=N timed runs, channels=K
+                         blocks per TB)
   --version              print the version
 
 sim options:
@@ -146,7 +147,7 @@ local function exec_args(o)
     count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4, dtype = a.dtype, op = a.op,
     slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
     gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
-    threads = tonumber(a.threads),
+    threads = tonumber(a.threads), channels = tonumber(a.channels),
   }
 end
 

@@ -22,7 +22,7 @@ local KEYS = {
 -- Arguments that belong to the driver, not to the algorithm.
 M.RUN_ARGS = {
   ranks = true, topo = true, nmicro = true, count = true, dtype = true, op = true,
-  slots = true, slot_bytes = true, timeout_ms = true, ndev = true, iters = true, threads = true,
+  slots = true, slot_bytes = true, timeout_ms = true, ndev = true, iters = true, threads = true, channels = true,
 }
 
 -- Steps before and after any the author can write: placement copies.
