@@ -48,18 +48,24 @@ int main(int argc, char **argv) {
           CK(cudaSetDevice(i));
           CK(cudaDeviceSynchronize());
         }
-        NK(ncclGroupStart());
+        /* Events go outside the group: NCCL enqueues the collectives at ncclGroupEnd. */
         for (int i = 0; i < n; i++) {
           CK(cudaSetDevice(i));
           CK(cudaEventCreate(&e0[i]));
           CK(cudaEventCreate(&e1[i]));
           CK(cudaEventRecord(e0[i], s[i]));
+        }
+        NK(ncclGroupStart());
+        for (int i = 0; i < n; i++) {
           if (op == 0) NK(ncclAllReduce(a[i], b[i], count, ncclFloat, ncclSum, comm[i], s[i]));
           if (op == 1) NK(ncclAllGather(a[i], b[i], count / n, ncclFloat, comm[i], s[i]));
           if (op == 2) NK(ncclReduceScatter(a[i], b[i], count / n, ncclFloat, ncclSum, comm[i], s[i]));
-          CK(cudaEventRecord(e1[i], s[i]));
         }
         NK(ncclGroupEnd());
+        for (int i = 0; i < n; i++) {
+          CK(cudaSetDevice(i));
+          CK(cudaEventRecord(e1[i], s[i]));
+        }
         float ms = 0;
         for (int i = 0; i < n; i++) {
           float x;
