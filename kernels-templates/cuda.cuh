@@ -65,9 +65,11 @@ __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, s
   size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
   size_t slab = N * m / M, len = N * (m + 1) / M - slab;
   size_t a = (size_t)idx / C * N + slab + s * len / C, t = (s + cnt) * len / C - s * len / C;
-  size_t K = (size_t)r->nchan, k = (size_t)x->chan;
-  *lo = a + t * k / K;
-  *n = t * (k + 1) / K - t * k / K;
+  /* Channel slices start on 16-byte boundaries (whole vectors); the last takes the rest. */
+  size_t K = (size_t)r->nchan, k = (size_t)x->chan, v = r->esize < 16 ? 16 / r->esize : 1, units = t / v;
+  size_t b = units * k / K * v, e = k + 1 == K ? t : units * (k + 1) / K * v;
+  *lo = a + b;
+  *n = e - b;
 }
 
 __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nchan + x->chan]; }
@@ -86,11 +88,27 @@ template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
   }
 }
 
-/* out[i] = operand[i] (+) in[i], or a copy when operand is NULL; the block strides. */
+/* out[i] = operand[i] (+) in[i]; the block strides, V elements per 16-byte access when aligned. */
 template <typename T>
 __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, T *fwd) {
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
-    T v = operand ? rx_op<T>(op, operand[i], in[i]) : in[i];
+  const int V = 16 / sizeof(T);
+  size_t head = 0;
+  if (((uintptr_t)out | (uintptr_t)operand | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
+    struct alignas(16) Vec { T e[16 / sizeof(T)]; };
+    size_t nv = n / V;
+    Vec *o = (Vec *)out, *f = (Vec *)fwd;
+    const Vec *u = (const Vec *)operand, *s = (const Vec *)in;
+    for (size_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      Vec x = u[i], y = s[i];
+#pragma unroll
+      for (int j = 0; j < V; j++) x.e[j] = rx_op<T>(op, x.e[j], y.e[j]);
+      o[i] = x;
+      if (f) f[i] = x;
+    }
+    head = nv * V;
+  }
+  for (size_t i = head + threadIdx.x; i < n; i += blockDim.x) {
+    T v = rx_op<T>(op, operand[i], in[i]);
     out[i] = v;
     if (fwd) fwd[i] = v;
   }

@@ -73,5 +73,6 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
       echo "$row $(printf '%8s' "${nccl:--}")"
     done
   done
+  echo "bench: $([ $fail = 0 ] && echo every run checked correct || echo FAILURES, see $out/bench-*.txt)"
 fi
 exit $fail
