@@ -81,7 +81,7 @@ function M.parse(text, path)
   }
   local ok, msg, line = parser:parse(text)
   if ok then ok, msg, line = parser:parse() end
-  parser:close()
+  pcall(parser.close, parser) -- close raises on a document that did not end
   if not ok then
     error(("%s:%s: malformed XML: %s"):format(path, line or "?", msg or "parse error"), 0)
   end
