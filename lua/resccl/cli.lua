@@ -323,9 +323,12 @@ end
 function M.export(o)
   if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
   local alg, prog, topo = build(o)
+  if o.inplace and not alg.inplace then
+    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
+  end
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if err then error(err, 0) end
-  local xml, notes = require("resccl.export.msccl_xml").write(plan, { name = alg.name, inplace = o.inplace or false })
+  local xml, notes = require("resccl.export.msccl_xml").write(plan, prog, { name = alg.name, inplace = o.inplace or false })
   if o.msccl_xml == "-" then
     io.write(xml)
   else

@@ -20,6 +20,9 @@ local M = {}
 -- Tried in this order; JSON formats are told apart by their keys.
 local FORMATS = { "msccl_xml", "taccl_json", "teccl_json", "mscclpp_json" }
 
+-- Largest ranks x (input + output) chunks an import may describe.
+local MAX_LOCATIONS = 1 << 22
+
 local function readfile(path)
   local f, err = io.open(path, "rb")
   if not f then error(("%s: cannot read: %s"):format(path, err), 0) end
@@ -96,6 +99,13 @@ function M.from_text(text, path, format)
   end
   local imp = mod.import(text, path)
   if #imp.xfers == 0 then error(("%s:%d: the file moves no data"):format(path, imp.line or 1), 0) end
+  -- The core keeps state per rank and chunk; refuse sizes no real file has.
+  local per = imp.chunks * ((imp.collective == "allreduce") and 2 or (imp.collective == "alltoall") and 2 * imp.ranks
+    or imp.ranks + 1)
+  if imp.ranks * per > MAX_LOCATIONS then
+    error(("%s:%d: %d ranks with %d chunks per block make %d buffer chunks, more than resccl handles (%d)"):format(
+      path, imp.line or 1, imp.ranks, imp.chunks, imp.ranks * per, MAX_LOCATIONS), 0)
+  end
   return imp
 end
 
