@@ -98,7 +98,11 @@ function M.from_text(text, path, format)
     end
   end
   local imp = mod.import(text, path)
-  if #imp.xfers == 0 then error(("%s:%d: the file moves no data"):format(path, imp.line or 1), 0) end
+  local moved = 0 -- transfers other than placement copies (steps -1 and 2^30)
+  for _, x in ipairs(imp.xfers) do
+    if x.step >= 0 and x.step < 1 << 30 then moved = moved + 1 end
+  end
+  if moved == 0 then error(("%s:%d: the file moves no data"):format(path, imp.line or 1), 0) end
   -- The core keeps state per rank and chunk; refuse sizes no real file has.
   local per = imp.chunks * ((imp.collective == "allreduce") and 2 or (imp.collective == "alltoall") and 2 * imp.ranks
     or imp.ranks + 1)

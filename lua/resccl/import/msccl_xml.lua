@@ -329,7 +329,7 @@ local function check(algo, rd)
   -- Sends and receives pair up in FIFO order per connection.
   for _, c in pairs(conns) do
     if #c.sends ~= #c.recvs then
-      local st = (c.recvs[1] or c.sends[1])
+      local st = #c.sends > #c.recvs and c.sends[#c.recvs + 1] or c.recvs[#c.sends + 1] -- the first unmatched
       rd.fail(st.line, "gpu %d sends %d time%s to gpu %d on channel %d but gpu %d receives %d time%s",
         c.src, #c.sends, #c.sends == 1 and "" or "s", c.dst, c.chan, c.dst, #c.recvs, #c.recvs == 1 and "" or "s")
     end
