@@ -24,8 +24,13 @@
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_WAIT_NONE, RX_WAIT_FLAG, RX_WAIT_DATA, RX_WAIT_SPACE };
 
+/* A counter threads wait on; `sleepers` lets the writer skip the wake call. */
 typedef struct {
-  _Atomic uint32_t tail, head;
+  _Atomic uint32_t v, sleepers;
+} RxWord;
+
+typedef struct {
+  RxWord tail, head;
   char *slots;
 } RxFifo;
 
@@ -34,7 +39,7 @@ typedef struct RxRun {
   size_t count, esize, slot_bytes;
   char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH] */
   RxFifo *fifo;            /* per connection */
-  _Atomic uint32_t *flag;  /* per flag: micro-batches finished */
+  RxWord *flag;            /* per flag: micro-batches finished */
   void (*reduce)(void *dst, const void *src, size_t n);
   _Atomic uint32_t progress; /* bumped on every step of every thread */
   _Atomic int abort;
@@ -58,20 +63,37 @@ static inline double rx_now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static inline void rx_wake(_Atomic uint32_t *a) {
-  syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+/* Publish a new value of w and wake whoever sleeps on it. */
+static inline void rx_set(RxWord *w, uint32_t v) {
+  atomic_store_explicit(&w->v, v, memory_order_seq_cst);
+  if (atomic_load_explicit(&w->sleepers, memory_order_seq_cst))
+    syscall(SYS_futex, (uint32_t *)&w->v, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
-/* Sleep until *a moves from `seen`; nonzero when the run is aborted. */
-static inline int rx_block(RxCtx *x, _Atomic uint32_t *a, uint32_t seen, int kind, int id) {
+/*
+** Sleep until w moves from `seen`; nonzero when the run is aborted. Spins
+** briefly first (the common case on an idle core), then sleeps on the futex.
+** The sleeper count is raised before the value is re-read, so a writer either
+** sees the sleeper and wakes it, or the sleeper sees the new value.
+*/
+static inline int rx_block(RxCtx *x, RxWord *w, uint32_t seen, int kind, int id) {
   RxRun *r = x->run;
+  for (int i = 0; i < 64; i++)
+    if (atomic_load_explicit(&w->v, memory_order_acquire) != seen) return 0;
   x->wait_kind = kind, x->wait_id = id;
   uint32_t p0 = atomic_load(&r->progress);
   double t0 = rx_now_ms();
-  while (atomic_load_explicit(a, memory_order_acquire) == seen) {
+  for (;;) {
+    atomic_fetch_add(&w->sleepers, 1);
+    if (atomic_load_explicit(&w->v, memory_order_seq_cst) != seen) {
+      atomic_fetch_sub(&w->sleepers, 1);
+      break;
+    }
+    struct timespec ts = {0, 50000000}; /* wake now and then to notice a stall */
+    syscall(SYS_futex, (uint32_t *)&w->v, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+    atomic_fetch_sub(&w->sleepers, 1);
+    if (atomic_load_explicit(&w->v, memory_order_acquire) != seen) break;
     if (atomic_load(&r->abort)) return 1;
-    struct timespec ts = {0, 2000000};
-    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
     uint32_t p1 = atomic_load(&r->progress);
     if (p1 != p0) p0 = p1, t0 = rx_now_ms();
     else if (rx_now_ms() - t0 > r->timeout_ms) {
@@ -98,48 +120,43 @@ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
 }
 
 static inline int rx_wait(RxCtx *x, int f, int m) {
-  _Atomic uint32_t *a = &x->run->flag[f];
+  RxWord *w = &x->run->flag[f];
   uint32_t v;
-  while ((v = atomic_load_explicit(a, memory_order_acquire)) < (uint32_t)m + 1)
-    if (rx_block(x, a, v, RX_WAIT_FLAG, f)) return 1;
+  while ((v = atomic_load_explicit(&w->v, memory_order_acquire)) < (uint32_t)m + 1)
+    if (rx_block(x, w, v, RX_WAIT_FLAG, f)) return 1;
   return 0;
 }
 
-static inline void rx_post(RxCtx *x, int f, int m) {
-  atomic_store_explicit(&x->run->flag[f], (uint32_t)m + 1, memory_order_release);
-  rx_wake(&x->run->flag[f]);
-}
+static inline void rx_post(RxCtx *x, int f, int m) { rx_set(&x->run->flag[f], (uint32_t)m + 1); }
 
 /* Wait for a free slot of connection c; returns its address or NULL on abort. */
 static inline char *rx_slot_out(RxCtx *x, int c) {
   RxFifo *f = &x->run->fifo[c];
-  uint32_t h, t = atomic_load_explicit(&f->tail, memory_order_relaxed);
-  while (t - (h = atomic_load_explicit(&f->head, memory_order_acquire)) >= (uint32_t)x->run->nslots)
+  uint32_t h, t = atomic_load_explicit(&f->tail.v, memory_order_relaxed);
+  while (t - (h = atomic_load_explicit(&f->head.v, memory_order_acquire)) >= (uint32_t)x->run->nslots)
     if (rx_block(x, &f->head, h, RX_WAIT_SPACE, c)) return NULL;
   return f->slots + (size_t)(t % (uint32_t)x->run->nslots) * x->run->slot_bytes;
 }
 
 static inline void rx_push(RxCtx *x, int c) {
-  RxFifo *f = &x->run->fifo[c];
-  atomic_fetch_add_explicit(&f->tail, 1, memory_order_release);
-  atomic_fetch_add(&x->run->progress, 1);
-  rx_wake(&f->tail);
+  RxWord *w = &x->run->fifo[c].tail;
+  rx_set(w, atomic_load_explicit(&w->v, memory_order_relaxed) + 1); /* only the sender writes tail */
+  atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
 }
 
 /* Wait for a filled slot of connection c. */
 static inline const char *rx_slot_in(RxCtx *x, int c) {
   RxFifo *f = &x->run->fifo[c];
-  uint32_t t, h = atomic_load_explicit(&f->head, memory_order_relaxed);
-  while ((t = atomic_load_explicit(&f->tail, memory_order_acquire)) == h)
+  uint32_t t, h = atomic_load_explicit(&f->head.v, memory_order_relaxed);
+  while ((t = atomic_load_explicit(&f->tail.v, memory_order_acquire)) == h)
     if (rx_block(x, &f->tail, t, RX_WAIT_DATA, c)) return NULL;
   return f->slots + (size_t)(h % (uint32_t)x->run->nslots) * x->run->slot_bytes;
 }
 
 static inline void rx_pop(RxCtx *x, int c) {
-  RxFifo *f = &x->run->fifo[c];
-  atomic_fetch_add_explicit(&f->head, 1, memory_order_release);
-  atomic_fetch_add(&x->run->progress, 1);
-  rx_wake(&f->head);
+  RxWord *w = &x->run->fifo[c].head;
+  rx_set(w, atomic_load_explicit(&w->v, memory_order_relaxed) + 1); /* only the receiver writes head */
+  atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
 }
 
 static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
@@ -199,7 +216,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int
   rx_tile(x->run, widx, cnt, m, &dlo, &dn);
   if (reduce) x->run->reduce(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn);
   else memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn * x->run->esize);
-  atomic_fetch_add(&x->run->progress, 1);
+  atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
   return 0;
 }
 
@@ -218,7 +235,8 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int
 #define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 0)
 #define RX_REDUCE(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 1)
-#define RX_RANK_BEGIN(r) static const RxTbFn rx_rank_##r[] = {
+#define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
+#define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
 #define RX_RANK_TB(r, b) rx_tb_##r##_##b,
 #define RX_RANK_END(r) 0};
 #define RX_PROGRAM_BEGIN(n) const int rx_nranks = n; const RxRank rx_program[] = {

@@ -305,8 +305,8 @@ const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 rcStatus lower_run(Plan *pl, Err *e);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
 rcStatus verify_run(Plan *pl, Err *e);
-/* Deadlock check alone, with `nmicro` micro-batches and FIFOs of `depth` tiles. */
-rcStatus verify_deadlock(const Plan *pl, int nmicro, int depth, Err *e);
+/* Deadlock check alone, over `nmicro` micro-batches. */
+rcStatus verify_deadlock(const Plan *pl, int nmicro, Err *e);
 
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
@@ -329,6 +329,8 @@ const char *tpl_text(const char *name);
 rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e);
 /* One rank's code only (what one GPU needs). */
 void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
+/* The table of ranks and their TBs; `externs` declares ranks emitted elsewhere. */
+void emit_table(const Plan *pl, int externs, Buf *out);
 
 /* ----------------------------------------------------------- exec_host.c */
 

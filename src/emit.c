@@ -56,15 +56,22 @@ void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
   buf_printf(b, "RX_RANK_END(%d)\n", r);
 }
 
+void emit_table(const Plan *pl, int externs, Buf *b) {
+  int R = pl->prog->nranks;
+  if (externs)
+    for (int r = 0; r < R; r++) buf_printf(b, "RX_RANK_EXTERN(%d)\n", r);
+  buf_printf(b, "\nRX_PROGRAM_BEGIN(%d)\n", R);
+  for (int r = 0; r < R; r++) buf_printf(b, "  RX_PROGRAM_RANK(%d, %d)\n", r, pl->ntb[r]);
+  buf_puts(b, "RX_PROGRAM_END\n");
+}
+
 rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to emit", pl->prog->name);
   const Program *p = pl->prog;
   Buf body;
   buf_init(&body);
   for (int r = 0; r < p->nranks; r++) emit_rank(pl, r, tg, &body);
-  buf_printf(&body, "\nRX_PROGRAM_BEGIN(%d)\n", p->nranks);
-  for (int r = 0; r < p->nranks; r++) buf_printf(&body, "  RX_PROGRAM_RANK(%d, %d)\n", r, pl->ntb[r]);
-  buf_puts(&body, "RX_PROGRAM_END\n");
+  emit_table(pl, 0, &body);
   char num[6][32], src[300];
   snprintf(num[0], 32, "%d", p->nranks);
   snprintf(num[1], 32, "%d", pl->dag.n);

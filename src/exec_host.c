@@ -120,36 +120,56 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Write the host program, compile it to a shared object and load it. */
-static rcStatus load_program(const Plan *pl, const ExecOpts *o, char *dir, void **dl, Err *e) {
-  Buf src;
-  buf_init(&src);
-  RC_CHECK(emit_program(pl, EMIT_HOST, &src, e));
-  char cpath[600], sopath[600], log[600], cmd[2400];
-  snprintf(cpath, sizeof cpath, "%s/program.c", dir);
-  snprintf(sopath, sizeof sopath, "%s/program.so", dir);
-  snprintf(log, sizeof log, "%s/cc.log", dir);
-  FILE *f = fopen(cpath, "w");
-  if (!f || fwrite(src.s, 1, src.n, f) != src.n) {
-    if (f) fclose(f);
-    buf_free(&src);
-    return err_set(e, RC_EEXEC, "cannot write %s", cpath);
-  }
-  fclose(f);
-  buf_free(&src);
+static int write_file(const char *path, const char *s, size_t n) {
+  FILE *f = fopen(path, "w");
+  if (!f) return 0;
+  int ok = fwrite(s, 1, n, f) == n;
+  return fclose(f) == 0 && ok;
+}
+
+/*
+** Write the host program and compile it into a shared object: the ranks are
+** spread over a few translation units compiled side by side (the compiler,
+** not the run, dominates at 32 ranks), plus one holding the rank table.
+*/
+static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir, void **dl, Err *e) {
+  if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to emit", pl->prog->name);
   const char *cc = o->cc ? o->cc : getenv("CC") ? getenv("CC") : "cc";
-  snprintf(cmd, sizeof cmd, "%s -std=gnu11 -O1 -fPIC -shared -o '%s' '%s' >'%s' 2>&1", cc, sopath, cpath, log);
-  if (system(cmd) != 0) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int R = pl->prog->nranks, nunits = R < ncpu ? R : ncpu < 1 ? 1 : ncpu > 8 ? 8 : (int)ncpu;
+  char path[700];
+  Buf cmd, src;
+  buf_init(&cmd), buf_init(&src);
+  snprintf(path, sizeof path, "%s/host.h", dir);
+  const char *prims = tpl_text("host.h");
+  rcStatus rc = prims && write_file(path, prims, strlen(prims)) ? RC_OK : err_set(e, RC_EEXEC, "cannot write %s", path);
+  for (int u = 0; u <= nunits && rc == RC_OK; u++) {
+    src.n = 0;
+    buf_puts(&src, "#include \"host.h\"\n");
+    if (u < nunits)
+      for (int r = u; r < R; r += nunits) emit_rank(pl, r, EMIT_HOST, &src);
+    else
+      emit_table(pl, 1, &src);
+    snprintf(path, sizeof path, "%s/unit%d.c", dir, u);
+    if (!write_file(path, src.s, src.n)) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
+    buf_printf(&cmd, "%s -std=gnu11 -O0 -fPIC -c -o '%s/unit%d.o' '%s' 2>>'%s/cc.log' & ", cc, dir, u, path, dir);
+  }
+  buf_printf(&cmd, "wait && %s -shared -o '%s/program.so' '%s'/unit*.o 2>>'%s/cc.log'", cc, dir, dir, dir);
+  if (rc == RC_OK && system(cmd.s) != 0) {
     char first[400] = "";
-    FILE *lf = fopen(log, "r");
+    snprintf(path, sizeof path, "%s/cc.log", dir);
+    FILE *lf = fopen(path, "r");
     if (lf) {
       size_t k = fread(first, 1, sizeof first - 1, lf);
       first[k] = '\0';
       fclose(lf);
     }
-    return err_set(e, RC_EEXEC, "compiling the emitted program failed (%s): %s", cc, first);
+    rc = err_set(e, RC_EEXEC, "compiling the emitted program failed (%s): %s", cc, first);
   }
-  *dl = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+  buf_free(&cmd), buf_free(&src);
+  if (rc != RC_OK) return rc;
+  snprintf(path, sizeof path, "%s/program.so", dir);
+  *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!*dl) return err_set(e, RC_EEXEC, "cannot load the emitted program: %s", dlerror());
   return RC_OK;
 }
@@ -160,7 +180,7 @@ static void stuck_report(const Plan *pl, Worker *w, int nw, Err *e) {
   buf_init(&b);
   buf_puts(&b, "execution stuck (no progress): ");
   int shown = 0;
-  for (int i = 0; i < nw && shown < 6; i++) {
+  for (int i = 0; i < nw && shown < 16; i++) {
     RxCtx *x = &w[i].ctx;
     if (x->wait_kind == RX_WAIT_NONE) continue;
     const Prim *p = &pl->p[x->at];
@@ -303,7 +323,7 @@ rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   }
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);
   for (int c = 0; c < pl->nconn; c++) free(run.fifo[c].slots);
-  free(run.buf), free(run.fifo), free((void *)run.flag), free(w);
+  free(run.buf), free(run.fifo), free(run.flag), free(w);
   dlclose(dl);
   return rc;
 }

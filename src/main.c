@@ -93,24 +93,35 @@ static int incomplete(lua_State *L, int status) {
   return 0;
 }
 
-/* Read one statement, possibly over several lines; echo expressions. */
+/*
+** Read one chunk, possibly over several lines. The text is tried first as an
+** expression (so results are echoed without `=` or `return`), then as a
+** statement; while either form is merely incomplete, read another line.
+*/
 static int loadline(lua_State *L, char **line) {
-  const char *code = lua_pushfstring(L, "return %s", *line);
-  int status = luaL_loadbuffer(L, code, strlen(code), "=stdin");
-  lua_remove(L, -2);
-  if (status == LUA_OK) return status;
-  lua_pop(L, 1);
   Buf b;
   buf_init(&b);
   buf_puts(&b, *line);
+  int status;
   for (;;) {
+    const char *expr = lua_pushfstring(L, "return %s", b.s);
+    status = luaL_loadbuffer(L, expr, strlen(expr), "=stdin");
+    lua_remove(L, -2); /* the return text */
+    if (status == LUA_OK) break;
+    int more = incomplete(L, status);
+    if (!more) lua_pop(L, 1);
     status = luaL_loadbuffer(L, b.s, b.n, "=stdin");
-    if (!incomplete(L, status)) break;
-    char *more = readline_(">> ");
-    if (!more) break;
+    if (status == LUA_OK || !(incomplete(L, status) || more)) break;
+    if (status != LUA_OK && more) lua_pop(L, 1); /* statement error while the expression may go on */
+    char *next = readline_(">> ");
+    if (!next) {
+      lua_pushliteral(L, "stdin: unfinished chunk at end of input");
+      status = LUA_ERRSYNTAX;
+      break;
+    }
     buf_puts(&b, "\n");
-    buf_puts(&b, more);
-    free(more);
+    buf_puts(&b, next);
+    free(next);
   }
   free(*line);
   *line = b.s; /* the caller frees it */

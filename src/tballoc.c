@@ -4,14 +4,15 @@
 ** A TB runs its primitives one after another, each over every micro-batch
 ** (task-level execution). Connections stay on one TB per rank, so both ends
 ** see a connection's tasks in the same order; a fused primitive ties its two
-** connections together. Such a group of connections (or one local primitive)
-** is a unit; its activity is the set of sub-pipelines in which it has work.
+** connections together. Such a group of connections (or a rank's local
+** copies, which use none) is a unit; its activity is the set of sub-pipelines
+** in which it has work.
 **
 ** State-based (the paper's §4.4): units whose activities never intersect share
 ** a TB. Units are coloured greedily in order of their first activity, each
 ** taking the lowest TB that is idle in all of its sub-pipelines. A TB runs
 ** its primitives in pipeline order whatever units they come from.
-** Connection-based (MSCCL): one TB per unit, plus one for a rank's local copies.
+** Connection-based (MSCCL): one TB per unit.
 **
 ** Then each TB's program is its primitives in pipeline order; waits between
 ** primitives of one TB disappear (program order), the rest get a flag.
@@ -39,8 +40,8 @@ static int unit_cmp(const void *a, const void *b) {
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   (void)e;
   int R = pl->prog->nranks, nc = pl->nconn, np = pl->np;
-  /* Unit ids: 2*conn (send end), 2*conn+1 (receive end), 2*nconn + prim (local). */
-  int nu = 2 * nc + np;
+  /* Unit ids: 2*conn (send end), 2*conn+1 (receive end), 2*nconn + rank (its local copies). */
+  int nu = 2 * nc + R;
   int *up = xmalloc(((size_t)nu + 1) * sizeof *up);
   for (int i = 0; i < nu; i++) up[i] = i;
   int *unit = xmalloc(((size_t)np + 1) * sizeof *unit);
@@ -48,7 +49,7 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     const Prim *p = &pl->p[i];
     int a = p->cin >= 0 ? 2 * p->cin + 1 : -1, b = p->cout >= 0 ? 2 * p->cout : -1;
     if (a >= 0 && b >= 0) up[uf_find(up, a)] = uf_find(up, b);
-    unit[i] = a >= 0 ? a : b >= 0 ? b : 2 * nc + i;
+    unit[i] = a >= 0 ? a : b >= 0 ? b : 2 * nc + p->rank;
   }
   /* Each unit's active sub-pipelines, as a list per unit (CSR, sorted). */
   int *first = xmalloc(((size_t)nu + 1) * sizeof *first), *uoff = xcalloc((size_t)nu + 2, sizeof *uoff);
@@ -79,17 +80,13 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
       }
     }
     qsort(us, (size_t)nus, sizeof *us, unit_cmp);
-    int ntb = 0, localtb = -1;
+    int ntb = 0;
     for (int k = 0; k < nus; k++) {
       int u = us[k].unit, b = -1;
-      if (pol == TB_STATE) {
-        for (int j = 0; j < ntb && b < 0; j++) {
-          b = j;
-          for (int q = uoff[u]; q < uoff[u + 1]; q++)
-            if (busy[(size_t)j * ns + uslots[q]] == r) b = -1;
-        }
-      } else if (u >= 2 * nc) {
-        b = localtb;
+      for (int j = 0; j < ntb && b < 0 && pol == TB_STATE; j++) {
+        b = j;
+        for (int q = uoff[u]; q < uoff[u + 1]; q++)
+          if (busy[(size_t)j * ns + uslots[q]] == r) b = -1;
       }
       if (b < 0) {
         b = ntb++;
@@ -100,7 +97,6 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
           for (int q = old; q < capbusy; q++) busy[q] = -1;
         }
         for (int q = b * ns; q < (b + 1) * ns; q++) busy[q] = -1;
-        if (pol == TB_CONN && u >= 2 * nc) localtb = b;
       }
       for (int q = uoff[u]; q < uoff[u + 1]; q++) busy[(size_t)b * ns + uslots[q]] = r;
       tbof[u] = b;

@@ -6,9 +6,10 @@
 **    hashes, count); copies replace, reductions add. Every output chunk must
 **    hold exactly the contributions the collective defines, each once.
 ** 2. Connection order: both ends of a connection see its tasks in one order.
-** 3. Deadlock: run the per-TB programs abstractly with bounded FIFOs (one
-**    tile per connection) and a few micro-batches. If they stop short, follow
-**    who-waits-for-whom to a cycle and name its TBs and primitives.
+** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
+**    with FIFOs too small to hold a tile (the tightest buffering there is), so
+**    a plan that passes cannot block at any buffer size. If they stop short,
+**    follow who-waits-for-whom to a cycle and name its TBs and primitives.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,173 +164,180 @@ static rcStatus conn_order(const Plan *pl, Err *e) {
 
 /* ------------------------------------------------------------ deadlock */
 
-enum { RES_FLAG, RES_DATA, RES_SPACE };
-
+/*
+** The model: FIFOs as small as can be. Then a tile cannot sit in a FIFO; the
+** primitives that carry one task's tile (its send, its receive, and through
+** fused primitives the tasks they forward) move it together, as one
+** rendezvous: a group fires tile m when every member's TB stands at that
+** member with its flags satisfied. Any buffering only loosens this, so a plan
+** that completes here completes with any FIFO size.
+*/
 typedef struct {
   const Plan *pl;
-  int M, F;
-  int *cur, *m;          /* per TB: index into its program, current micro-batch */
-  int *done;             /* per prim: micro-batches finished */
-  int *pushed, *popped;  /* per connection, in tiles */
-  int *need;             /* per TB: cumulative tile count it waits for on a connection */
-  int *wres, *wkind;     /* per TB: what it waits on */
-  int *head, *next;      /* waiter lists per resource id */
+  int M;
+  int *grp, *goff, *gmem; /* per prim: its group; members of group g: gmem[goff[g] .. goff[g+1]) */
+  int *garr;              /* per group: members arrived */
+  int *cur, *m;           /* per TB: index into its program, micro-batch */
+  char *arrived;          /* per TB: its current primitive has joined its group */
+  int *wflag;             /* per TB: the primitive whose flag it waits for, or -1 */
+  int *done;              /* per prim: micro-batches finished */
+  int *head, *next;       /* per prim: TBs waiting for its flag */
   int *queue, qn;
   char *inq;
-  int nres;
 } Sim;
 
 static int tb_of(const Plan *pl, int prim) { return pl->tb_base[pl->p[prim].rank] + pl->p[prim].tb; }
+
+static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off[b]; }
+
+static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
 
 static void enqueue(Sim *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
 }
 
-static void wake(Sim *s, int res) {
-  for (int tb = s->head[res]; tb >= 0;) {
-    int nx = s->next[tb];
-    enqueue(s, tb);
-    tb = nx;
-  }
-  s->head[res] = -1;
+static int uf(int *up, int x) {
+  while (up[x] != x) x = up[x] = up[up[x]];
+  return x;
 }
 
-/* Tiles that pass over a task's connection before the task's first tile. */
-static int *conn_seq(const Plan *pl, int M) {
-  int *seq = xcalloc((size_t)pl->dag.n + 1, sizeof *seq), *cntc = xcalloc((size_t)pl->nconn + 1, sizeof(int));
-  for (int k = 0; k < pl->dag.n; k++) {
-    int t = pl->sched.order[k];
-    if (pl->dag.t[t].src == pl->dag.t[t].dst) continue;
-    int c = pl->p[pl->task_recv[t]].cin; /* the receiving primitive always carries t in */
-    seq[t] = cntc[c];
-    cntc[c] += M;
+/* Groups: primitives joined by carrying the same task. */
+static void make_groups(const Plan *pl, Sim *s) {
+  int np = pl->np, ng = 0;
+  int *up = xmalloc(((size_t)np + 1) * sizeof *up), *id = xmalloc(((size_t)np + 1) * sizeof *id);
+  for (int i = 0; i < np; i++) up[i] = i, id[i] = -1;
+  for (int t = 0; t < pl->dag.n; t++) up[uf(up, pl->task_send[t])] = uf(up, pl->task_recv[t]);
+  s->grp = xmalloc(((size_t)np + 1) * sizeof(int));
+  for (int i = 0; i < np; i++) {
+    int r = uf(up, i);
+    if (id[r] < 0) id[r] = ng++;
+    s->grp[i] = id[r];
   }
-  free(cntc);
-  return seq;
+  s->goff = xcalloc((size_t)ng + 2, sizeof(int));
+  s->gmem = xmalloc(((size_t)np + 1) * sizeof(int));
+  for (int i = 0; i < np; i++) s->goff[s->grp[i] + 2]++;
+  for (int g = 0; g < ng; g++) s->goff[g + 2] += s->goff[g + 1];
+  for (int i = 0; i < np; i++) s->gmem[s->goff[s->grp[i] + 1]++] = i;
+  s->garr = xcalloc((size_t)ng + 1, sizeof(int));
+  free(up), free(id);
 }
 
-/* The TB that blocked TB b waits for, or -1 when that TB has finished. */
+/* Every member of group g has arrived: tile m moves; members advance. */
+static void fire(const Plan *pl, Sim *s, int g) {
+  s->garr[g] = 0;
+  for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
+    int q = s->gmem[k], b = tb_of(pl, q);
+    s->done[q] = s->m[b] + 1;
+    s->arrived[b] = 0;
+    if (++s->m[b] == s->M) s->m[b] = 0, s->cur[b]++;
+    for (int w = s->head[q]; w >= 0; w = s->next[w]) enqueue(s, w);
+    s->head[q] = -1;
+    if (s->cur[b] < tb_len(pl, b)) enqueue(s, b);
+  }
+}
+
+/* The TB that blocked TB b waits for, or -1 when none is blocked. */
 static int waits_for(const Plan *pl, const Sim *s, int b) {
-  int res = s->wres[b], to = -1;
-  if (s->wkind[b] == RES_FLAG) {
-    to = tb_of(pl, res);
-  } else {
-    int c = (res - pl->np) / 2;
-    for (int i = 0; i < pl->np && to < 0; i++)
-      if (s->wkind[b] == RES_DATA ? pl->p[i].cout == c : pl->p[i].cin == c) to = tb_of(pl, i);
+  if (!s->arrived[b]) return s->wflag[b] >= 0 ? tb_of(pl, s->wflag[b]) : -1;
+  int g = s->grp[tb_prim(pl, s, b)];
+  for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
+    int c = tb_of(pl, s->gmem[k]);
+    if (!(s->arrived[c] && tb_prim(pl, s, c) == s->gmem[k])) return c;
   }
-  return to >= 0 && s->cur[to] < pl->tb_off[to + 1] - pl->tb_off[to] ? to : -1;
+  return -1;
 }
 
-rcStatus verify_deadlock(const Plan *pl, int M, int F, Err *e) {
-  int nt = pl->ntbs, nc = pl->nconn;
-  Sim s = {.pl = pl, .M = M, .F = F};
+/* Describe a cycle of blocked TBs starting anywhere on it. */
+static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
+  int len = 0, b = start;
+  do len++, b = waits_for(pl, s, b);
+  while (b != start && len < pl->ntbs);
+  Buf msg;
+  buf_init(&msg);
+  b = start;
+  for (int i = 0; i < len; i++) {
+    const Prim *p = &pl->p[tb_prim(pl, s, b)];
+    char at[300];
+    plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
+    if (i == 0) buf_printf(&msg, "%s: deadlock, a cycle of %d TB%s: ", at, len, len > 1 ? "s" : "");
+    buf_printf(&msg, "%srank %d tb %d at %s", i ? "; " : "", p->rank, p->tb, prim_name(p->kind));
+    if (p->cin >= 0) buf_printf(&msg, " from rank %d", pl->conn[p->cin].src);
+    if (p->cout >= 0) buf_printf(&msg, " to rank %d", pl->conn[p->cout].dst);
+    buf_printf(&msg, " (%s, micro-batch %d) waits for ", at, s->m[b]);
+    int to = waits_for(pl, s, b);
+    const Prim *q = &pl->p[tb_prim(pl, s, to)];
+    if (!s->arrived[b]) {
+      buf_printf(&msg, "its tb %d to finish %s", pl->p[s->wflag[b]].tb, prim_name(pl->p[s->wflag[b]].kind));
+    } else if (to == b) { /* the same tile needs a later primitive of this TB */
+      int g = s->grp[tb_prim(pl, s, b)], later = -1;
+      for (int k = s->goff[g]; k < s->goff[g + 1] && later < 0; k++)
+        if (s->gmem[k] != tb_prim(pl, s, b) && tb_of(pl, s->gmem[k]) == b) later = s->gmem[k];
+      buf_printf(&msg, "its own later %s to move the same tile", prim_name(pl->p[later].kind));
+    } else {
+      buf_printf(&msg, "rank %d tb %d (at %s) to move the same tile", q->rank, q->tb, prim_name(q->kind));
+    }
+    b = to;
+  }
+  rcStatus rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
+  buf_free(&msg);
+  return rc;
+}
+
+rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
+  int nt = pl->ntbs, np = pl->np;
+  Sim s = {.pl = pl, .M = M};
+  make_groups(pl, &s);
   s.cur = xcalloc((size_t)nt + 1, sizeof(int));
   s.m = xcalloc((size_t)nt + 1, sizeof(int));
-  s.done = xcalloc((size_t)pl->np + 1, sizeof(int));
-  s.pushed = xcalloc((size_t)nc + 1, sizeof(int));
-  s.popped = xcalloc((size_t)nc + 1, sizeof(int));
-  s.wres = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.wkind = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.need = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.nres = pl->np + 2 * nc;
-  s.head = xmalloc(((size_t)s.nres + 1) * sizeof(int));
-  memset(s.head, 0xff, ((size_t)s.nres + 1) * sizeof(int));
+  s.arrived = xcalloc((size_t)nt + 1, 1);
+  s.wflag = xmalloc(((size_t)nt + 1) * sizeof(int));
+  s.done = xcalloc((size_t)np + 1, sizeof(int));
+  s.head = xmalloc(((size_t)np + 1) * sizeof(int));
   s.next = xmalloc(((size_t)nt + 1) * sizeof(int));
   s.queue = xmalloc(((size_t)nt + 1) * sizeof(int));
   s.inq = xcalloc((size_t)nt + 1, 1);
-  int *seq = conn_seq(pl, M);
-  for (int b = 0; b < nt; b++) enqueue(&s, b);
-  int finished = 0;
+  memset(s.head, 0xff, ((size_t)np + 1) * sizeof(int));
+  for (int b = 0; b < nt; b++) {
+    s.wflag[b] = -1;
+    if (tb_len(pl, b) > 0) enqueue(&s, b);
+  }
   while (s.qn > 0) {
     int b = s.queue[--s.qn];
     s.inq[b] = 0;
-    int len = pl->tb_off[b + 1] - pl->tb_off[b];
-    for (;;) {
-      if (s.cur[b] >= len) break;
-      int pi = pl->tb_prims[pl->tb_off[b] + s.cur[b]], m = s.m[b], res = -1, kind = 0;
-      const Prim *p = &pl->p[pi];
-      for (int j = p->wait_off; j < p->wait_off + p->nwaits && res < 0; j++)
-        if (s.done[pl->wait[j]] < (pl->wait_full[j] ? M : m + 1)) res = pl->wait[j], kind = RES_FLAG;
-      if (res < 0 && p->cin >= 0 && s.pushed[p->cin] < seq[p->tin] + m + 1)
-        res = pl->np + 2 * p->cin, kind = RES_DATA, s.need[b] = seq[p->tin] + m + 1;
-      if (res < 0 && p->cout >= 0 && s.pushed[p->cout] - s.popped[p->cout] >= F)
-        res = pl->np + 2 * p->cout + 1, kind = RES_SPACE;
-      if (res >= 0) {
-        s.wres[b] = res, s.wkind[b] = kind;
-        s.next[b] = s.head[res], s.head[res] = b;
-        break;
-      }
-      if (p->cin >= 0) s.popped[p->cin]++, wake(&s, pl->np + 2 * p->cin + 1);
-      if (p->cout >= 0) s.pushed[p->cout]++, wake(&s, pl->np + 2 * p->cout);
-      s.done[pi] = m + 1;
-      if (p->flag >= 0) wake(&s, pi);
-      if (++s.m[b] == M) s.m[b] = 0, s.cur[b]++;
-      if (s.cur[b] == len) finished++;
+    if (s.arrived[b] || s.cur[b] >= tb_len(pl, b)) continue;
+    int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
+    const Prim *p = &pl->p[pi];
+    for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
+      if (s.done[pl->wait[j]] < (pl->wait_full[j] ? M : m + 1)) w = pl->wait[j];
+    s.wflag[b] = w;
+    if (w >= 0) {
+      s.next[b] = s.head[w], s.head[w] = b;
+      continue;
     }
+    s.arrived[b] = 1;
+    int g = s.grp[pi];
+    if (++s.garr[g] == s.goff[g + 1] - s.goff[g]) fire(pl, &s, g);
   }
   rcStatus rc = RC_OK;
-  int allfinished = 1;
-  for (int b = 0; b < nt; b++)
-    if (s.cur[b] < pl->tb_off[b + 1] - pl->tb_off[b]) allfinished = 0;
-  (void)finished;
-  if (!allfinished) {
-    /* Who does a blocked TB wait for? Follow the chain until it repeats. */
-    int *mark = xcalloc((size_t)nt + 1, sizeof(int)), b = 0;
-    while (s.cur[b] >= pl->tb_off[b + 1] - pl->tb_off[b]) b++;
-    int step = 1;
-    while (!mark[b]) {
-      mark[b] = step++;
-      int to = waits_for(pl, &s, b);
-      if (to < 0) break;
-      b = to;
-    }
-    Buf msg;
-    buf_init(&msg);
-    int start = b, first = 1, len = 0;
-    do {
-      len++;
-      int to = waits_for(pl, &s, b);
-      if (to < 0 || !mark[to]) break;
-      b = to;
-    } while (b != start);
-    b = start;
-    do {
-      const Prim *p = &pl->p[pl->tb_prims[pl->tb_off[b] + s.cur[b]]];
-      char at[300];
-      plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
-      if (first) buf_printf(&msg, "%s: deadlock, a cycle of %d TBs: ", at, len);
-      buf_printf(&msg, "%srank %d tb %d at %s", first ? "" : "; ", p->rank, p->tb, prim_name(p->kind));
-      if (p->cin >= 0) buf_printf(&msg, " from rank %d", pl->conn[p->cin].src);
-      if (p->cout >= 0) buf_printf(&msg, " to rank %d", pl->conn[p->cout].dst);
-      buf_printf(&msg, " (%s, micro-batch %d) waits for ", at, s.m[b]);
-      int res = s.wres[b];
-      if (s.wkind[b] == RES_FLAG) {
-        const Prim *q = &pl->p[res];
-        buf_printf(&msg, "tb %d to finish its %s", q->tb, prim_name(q->kind));
-      } else {
-        const Conn *c = &pl->conn[(res - pl->np) / 2];
-        buf_printf(&msg, "%s rank %d -> rank %d", s.wkind[b] == RES_DATA ? "data on" : "FIFO space on", c->src,
-                   c->dst);
-      }
-      first = 0;
-      int to = waits_for(pl, &s, b);
-      if (to < 0 || !mark[to]) break;
-      b = to;
-    } while (b != start);
-    rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
-    buf_free(&msg);
-    free(mark);
+  for (int b = 0; b < nt && rc == RC_OK; b++) {
+    if (s.cur[b] >= tb_len(pl, b)) continue;
+    /* Walk the wait-for chain until it repeats: that TB is on a cycle. */
+    char *seen = xcalloc((size_t)nt + 1, 1);
+    int c = b;
+    while (c >= 0 && !seen[c]) seen[c] = 1, c = waits_for(pl, &s, c);
+    free(seen);
+    if (c < 0) continue; /* blocked behind a cycle found from another TB */
+    rc = report_cycle(pl, &s, c, e);
   }
-  free(s.cur), free(s.m), free(s.done), free(s.pushed), free(s.popped), free(s.wres), free(s.wkind), free(s.need);
-  free(s.head), free(s.next), free(s.queue), free(s.inq), free(seq);
+  free(s.grp), free(s.goff), free(s.gmem), free(s.garr), free(s.cur), free(s.m), free(s.arrived), free(s.wflag);
+  free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
   return rc;
 }
 
 rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
-  RC_CHECK(verify_deadlock(pl, 3, 1, e));
+  RC_CHECK(verify_deadlock(pl, 3, e));
   pl->verified = 1;
   return RC_OK;
 }

@@ -1,2 +1,365 @@
-#include <stdio.h>
-int main(void){return 0;}
+/*
+** test_core.c — unit tests of the C stages, without Lua: topology, program,
+** DAG, schedulers, lowering, TB allocation, verifier, templates, emitter and
+** host executor. Programs are built here with prog_add, as the DSL would.
+*/
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core.h"
+
+/* ------------------------------------------------------------ builders */
+
+static void addn(Program *p, int src, int sb, int si, int dst, int db, int di, int cnt, int op, int step) {
+  Err e;
+  Xfer x = {.src = src, .sbuf = (uint8_t)sb, .sidx = si, .dst = dst, .dbuf = (uint8_t)db, .didx = di, .cnt = cnt,
+            .op = (uint8_t)op, .step = step, .at = {0, 100 + step}};
+  assert_int_equal(prog_add(p, &x, &e), RC_OK);
+}
+
+static void add(Program *p, int src, int sb, int si, int dst, int db, int di, int op, int step) {
+  addn(p, src, sb, si, dst, db, di, 1, op, step);
+}
+
+/* Ring all-gather in the paper's style: data buffer = output, plus the input copies. */
+static Program *ring_allgather(int n) {
+  Program *p = prog_new("ring_ag", COLL_ALLGATHER, n, n, 1);
+  prog_file(p, "ring.lua");
+  for (int r = 0; r < n; r++) add(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, r, OP_COPY, -1);
+  for (int r = 0; r < n; r++)
+    for (int s = 0; s < n - 1; s++) add(p, r, BUF_OUTPUT, ((r - s) % n + n) % n, (r + 1) % n, BUF_OUTPUT,
+                                        ((r - s) % n + n) % n, OP_COPY, s);
+  return p;
+}
+
+/* Ring all-reduce: reduce-scatter then all-gather over one output buffer of n chunks. */
+static Program *ring_allreduce(int n, int drop_last) {
+  Program *p = prog_new("ring_ar", COLL_ALLREDUCE, n, n, n);
+  prog_file(p, "ring.lua");
+  for (int r = 0; r < n; r++) addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, n, OP_COPY, -1); /* one block copy */
+  for (int r = 0; r < n; r++) {
+    for (int s = 0; s < n - 1; s++) {
+      int c = ((r - s - 1) % n + n) % n;
+      add(p, r, BUF_OUTPUT, c, (r + 1) % n, BUF_OUTPUT, c, OP_REDUCE, s);
+    }
+    for (int s = 0; s < n - 1; s++) {
+      if (drop_last && r == 0 && s == n - 2) continue;
+      int c = ((r - s) % n + n) % n;
+      add(p, r, BUF_OUTPUT, c, (r + 1) % n, BUF_OUTPUT, c, OP_COPY, n - 1 + s);
+    }
+  }
+  return p;
+}
+
+static const Options default_opts = {SK_HPDS, TB_STATE, 0, FUSE_AUTO, ST_VERIFY};
+
+/* ---------------------------------------------------------------- topo */
+
+static void test_topo_parse(void **state) {
+  (void)state;
+  Err e;
+  Topo *t = topo_parse("a100:2x4", &e);
+  assert_non_null(t);
+  assert_int_equal(t->nranks, 8);
+  assert_int_equal(t->nnodes, 2);
+  assert_int_equal(t->gpn, 4);
+  topo_free(t);
+  const char *bad[] = {"a100", "a100:2", "a100:0x4", "a100:2x", "v100:8", "h200:4", "a100:129x8", "nvswitch:x"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    assert_null(topo_parse(bad[i], &e));
+    assert_int_equal(e.rc, RC_ETOPO);
+    assert_non_null(strstr(e.msg, bad[i]));
+  }
+}
+
+static void test_topo_route(void **state) {
+  (void)state;
+  Err e;
+  Topo *t = topo_parse("a100:2x4", &e);
+  int a[TOPO_MAXHOP], b[TOPO_MAXHOP];
+  assert_int_equal(topo_route(t, 3, 3, a), 0);
+  assert_int_equal(topo_route(t, 0, 1, a), 1); /* NVSwitch pair link */
+  assert_int_equal(topo_route(t, 1, 0, b), 1);
+  assert_int_not_equal(a[0], b[0]);            /* directions are distinct links */
+  assert_int_equal(topo_route(t, 0, 4, a), 2); /* NIC tx, NIC rx */
+  assert_int_equal(topo_route(t, 1, 5, b), 2);
+  assert_int_equal(a[0], b[0]);                /* GPUs 0 and 1 share a NIC */
+  assert_int_equal(a[1], b[1]);
+  assert_int_equal(topo_route(t, 2, 6, b), 2);
+  assert_int_not_equal(a[0], b[0]);            /* GPU 2 has the next one */
+  Link l;
+  topo_link(t, a[0], &l);
+  assert_int_equal(l.kind, LK_NIC_TX);
+  assert_true(l.gbps > 0);
+  topo_free(t);
+}
+
+/* ------------------------------------------------------------- program */
+
+static void test_program_bounds(void **state) {
+  (void)state;
+  Program *p = prog_new("x", COLL_ALLGATHER, 4, 4, 1);
+  prog_file(p, "x.lua");
+  Err e;
+  Xfer x = {.src = 0, .dst = 9, .sbuf = BUF_INPUT, .dbuf = BUF_OUTPUT, .cnt = 1, .at = {0, 7}};
+  assert_int_equal(prog_add(p, &x, &e), RC_EINVAL);
+  assert_string_equal(e.msg, "x.lua:7: destination rank 9 out of range (program has 4 ranks)");
+  x.dst = 1, x.didx = 4;
+  assert_int_equal(prog_add(p, &x, &e), RC_EINVAL);
+  assert_string_equal(e.msg, "x.lua:7: output chunk 4 out of range (output has 4 chunks per rank)");
+  x.didx = 3, x.dbuf = BUF_SCRATCH, x.didx = 5;
+  assert_int_equal(prog_add(p, &x, &e), RC_OK); /* scratch grows */
+  assert_int_equal(p->scratch_chunks, 6);
+  prog_free(p);
+}
+
+static void test_program_inplace(void **state) {
+  (void)state;
+  Program *p = ring_allgather(4);
+  Task *t;
+  int n;
+  Err e;
+  assert_int_equal(prog_tasks(p, 0, &t, &n, &e), RC_OK);
+  assert_int_equal(n, 4 + 12);
+  free(t);
+  assert_int_equal(prog_tasks(p, 1, &t, &n, &e), RC_OK);
+  assert_int_equal(n, 12); /* input copies alias onto themselves and vanish */
+  for (int i = 0; i < n; i++) assert_int_equal(t[i].sbuf, BUF_OUTPUT);
+  free(t);
+  prog_free(p);
+}
+
+/* --------------------------------------------------------- dag / sched */
+
+static void test_dag_ring(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allgather(4);
+  Topo *t = topo_flat(4);
+  Dag d;
+  assert_int_equal(dag_build(&d, p, t, 1, &e), RC_OK);
+  assert_int_equal(d.n, 12);
+  assert_int_equal(d.nchunk, 4);
+  /* Every step after the first forwards what the previous step delivered. */
+  for (int i = 0; i < d.n; i++) {
+    int step = p->xf[d.t[i].xf].step;
+    int raw = 0;
+    for (int k = d.pred_off[i]; k < d.pred_off[i + 1]; k++)
+      if (d.prank[k] == d.t[i].src && d.t[d.pred[k]].dst == d.t[i].src) raw = 1;
+    assert_int_equal(raw, step > 0);
+    assert_int_equal(d.t[i].chunk, d.t[i].sidx); /* a forwarded chunk keeps its key */
+  }
+  dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
+/* No two tasks of a sub-pipeline share a link; predecessors come first. */
+static void check_schedule(const Dag *d, const Sched *s) {
+  for (int i = 0; i < d->n; i++)
+    for (int k = d->pred_off[i]; k < d->pred_off[i + 1]; k++) {
+      assert_true(s->pos[d->pred[k]] < s->pos[i]);
+      assert_true(s->slot[d->pred[k]] <= s->slot[i]);
+      if (d->pfull[k]) assert_true(s->slot[d->pred[k]] < s->slot[i]);
+    }
+  for (int i = 0; i < d->n; i++)
+    for (int j = i + 1; j < d->n; j++) {
+      if (s->slot[i] != s->slot[j]) continue;
+      for (int a = 0; a < TOPO_MAXHOP && d->link[i * TOPO_MAXHOP + a] >= 0; a++)
+        for (int b = 0; b < TOPO_MAXHOP && d->link[j * TOPO_MAXHOP + b] >= 0; b++)
+          assert_int_not_equal(d->link[i * TOPO_MAXHOP + a], d->link[j * TOPO_MAXHOP + b]);
+    }
+}
+
+static void test_sched_invariants(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(6, 0);
+  Topo *t = topo_parse("a100:3x2", &e);
+  Dag d;
+  assert_int_equal(dag_build(&d, p, t, 0, &e), RC_OK);
+  for (int k = 0; k < 2; k++) {
+    Sched s;
+    assert_int_equal(sched_run(&s, &d, k ? SK_RR : SK_HPDS, &e), RC_OK);
+    check_schedule(&d, &s);
+    assert_true(s.nslots >= 2 * (6 - 1)); /* a ring link carries 2(n-1) chunks */
+    sched_free(&s);
+  }
+  dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
+static void test_sched_ring_steps(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allgather(5);
+  Topo *t = topo_flat(5);
+  Dag d;
+  Sched s;
+  assert_int_equal(dag_build(&d, p, t, 1, &e), RC_OK);
+  assert_int_equal(sched_run(&s, &d, SK_HPDS, &e), RC_OK);
+  assert_int_equal(s.nslots, 4); /* one sub-pipeline per ring step */
+  sched_free(&s);
+  dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
+/* ------------------------------------------------- lower / tb / verify */
+
+static void test_plan_ring(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(4, 0);
+  Topo *t = topo_flat(4);
+  Plan conn, st;
+  Options o = default_opts;
+  o.tb = TB_CONN;
+  assert_int_equal(compile(&conn, p, t, &o, &e), RC_OK);
+  assert_int_equal(compile(&st, p, t, &default_opts, &e), RC_OK);
+  assert_true(st.verified);
+  assert_true(st.ntbs <= conn.ntbs);
+  assert_int_equal(plan_tbs_max(&st), 2); /* sends and receives of a ring */
+  /* Each task is one send and one receive, or one fused primitive less. */
+  assert_true(st.np <= 2 * st.dag.n);
+  for (int i = 0; i < st.np; i++) assert_true(st.p[i].tb < st.ntb[st.p[i].rank]);
+  Buf b;
+  buf_init(&b);
+  dump_stage(&st, ST_TB, &b);
+  assert_non_null(strstr(b.s, "tb state:"));
+  buf_free(&b);
+  plan_free(&conn);
+  plan_free(&st);
+  topo_free(t);
+  prog_free(p);
+}
+
+static void test_verify_incomplete(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(4, 1);
+  Topo *t = topo_flat(4);
+  Plan pl;
+  assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_EVERIFY);
+  assert_false(pl.verified);
+  assert_non_null(strstr(e.msg, "ring.lua:"));
+  assert_non_null(strstr(e.msg, "allreduce result wrong: rank 1 output chunk"));
+  assert_non_null(strstr(e.msg, "3 of 4 contributions (missing"));
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
+static void test_verify_deadlock(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allgather(3);
+  Topo *t = topo_flat(3);
+  Plan pl;
+  Options o = default_opts;
+  o.stop_after = ST_TB;
+  assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+  assert_int_equal(verify_deadlock(&pl, 3, &e), RC_OK);
+  /* Swap two primitives of one TB: a receive now precedes the send it feeds. */
+  int swapped = 0;
+  for (int g = 0; g < pl.ntbs && !swapped; g++) {
+    int n = pl.tb_off[g + 1] - pl.tb_off[g];
+    if (n >= 2) {
+      int *tp = pl.tb_prims + pl.tb_off[g], tmp = tp[0];
+      tp[0] = tp[n - 1], tp[n - 1] = tmp;
+      swapped = 1;
+    }
+  }
+  assert_true(swapped);
+  assert_int_equal(verify_deadlock(&pl, 3, &e), RC_EDEADLOCK);
+  assert_non_null(strstr(e.msg, "deadlock, a cycle of"));
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
+/* -------------------------------------------------- template / emitter */
+
+static void test_template(void **state) {
+  (void)state;
+  Err e;
+  Buf b;
+  buf_init(&b);
+  TplVar v[] = {{"a", "1"}, {"bb", "two"}};
+  assert_int_equal(tpl_fill(&b, "t.tpl", "x ${a} y ${bb}\n", v, 2, &e), RC_OK);
+  assert_string_equal(b.s, "x 1 y two\n");
+  b.n = 0;
+  assert_int_equal(tpl_fill(&b, "t.tpl", "line\n${a}\n${nchunks}\n", v, 2, &e), RC_ETEMPLATE);
+  assert_string_equal(e.msg, "t.tpl:3: unknown placeholder ${nchunks}");
+  assert_int_equal(tpl_fill(&b, "t.tpl", "${a\n}", v, 2, &e), RC_ETEMPLATE);
+  assert_string_equal(e.msg, "t.tpl:1: unterminated placeholder");
+  buf_free(&b);
+  assert_non_null(tpl_text("host.h"));
+  assert_null(tpl_text("nope"));
+}
+
+static void test_emit(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allgather(3);
+  Topo *t = topo_flat(3);
+  Plan pl;
+  assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
+  Buf b;
+  buf_init(&b);
+  assert_int_equal(emit_program(&pl, EMIT_HOST, &b, &e), RC_OK);
+  assert_non_null(strstr(b.s, "RX_FOR_M {"));
+  assert_non_null(strstr(b.s, "RX_PROGRAM_BEGIN(3)"));
+  assert_non_null(strstr(b.s, "(ring.lua:"));
+  assert_null(strstr(b.s, "${"));
+  buf_free(&b);
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
+/* ----------------------------------------------------------- executor */
+
+static void test_exec_host(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(4, 0);
+  Topo *t = topo_flat(4);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    Plan pl;
+    Options o = default_opts;
+    o.inplace = inplace;
+    assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+    for (int op = 0; op < NREDOP; op++) {
+      ExecOpts x = {.dtype = op % 2 ? DT_I32 : DT_F32, .op = (RedOp)op, .count = 103, .nmicro = 3, .nslots = 2,
+                    .slot_bytes = 32, .timeout_ms = 5000};
+      ExecResult r;
+      assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+      assert_int_equal(r.nwrong, 0);
+      assert_true(r.max_err == 0);
+    }
+    plan_free(&pl);
+  }
+  topo_free(t);
+  prog_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_topo_parse),      cmocka_unit_test(test_topo_route),
+    cmocka_unit_test(test_program_bounds),  cmocka_unit_test(test_program_inplace),
+    cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_sched_invariants),
+    cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
+    cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_deadlock),
+    cmocka_unit_test(test_template),        cmocka_unit_test(test_emit),
+    cmocka_unit_test(test_exec_host),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -110,12 +110,20 @@ describe("bad input", function()
   end)
 
   it("reports a deadlock with the TBs and primitives of the cycle", function()
+    local code, out = h.cli { "verify", "algorithms/allreduce_hm.lua", "topo=a100:2x2", "--fuse", "always" }
+    assert.equal(1, code)
+    assert.equal("out-of-place  algorithms/allreduce_hm.lua:31: deadlock, a cycle of 2 TBs: rank 2 tb 2 at recv " ..
+      "from rank 0 (algorithms/allreduce_hm.lua:31, micro-batch 0) waits for its tb 1 to finish rrcs; rank 2 tb 1 " ..
+      "at rrcs from rank 3 to rank 0 (algorithms/allreduce_hm.lua:17, micro-batch 0) waits for rank 2 tb 2 " ..
+      "(at recv) to move the same tile\n", out:match "^[^\n]*\n")
+  end)
+
+  it("reports a chunk one TB would have to move twice at once", function()
     local code, out = h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4", "--fuse", "always" }
     assert.equal(1, code)
-    assert.equal("out-of-place  algorithms/allreduce_rd.lua:28: deadlock, a cycle of 2 TBs: " ..
-      "rank 2 tb 1 at rrcs from rank 3 to rank 3 (algorithms/allreduce_rd.lua:28, micro-batch 1) waits for " ..
-      "FIFO space on rank 2 -> rank 3; rank 3 tb 1 at rrcs from rank 1 to rank 2 " ..
-      "(algorithms/allreduce_rd.lua:28, micro-batch 2) waits for FIFO space on rank 3 -> rank 2\n",
+    assert.equal("out-of-place  algorithms/allreduce_rd.lua:28: deadlock, a cycle of 1 TB: rank 3 tb 1 at rrcs " ..
+      "from rank 1 to rank 2 (algorithms/allreduce_rd.lua:28, micro-batch 0) waits for its own later recv to " ..
+      "move the same tile\n",
       out:match "^[^\n]*\n")
     -- the default drops the fusion that closes the cycle, and the plan verifies
     assert.equal(0, (h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4" }))
