@@ -119,7 +119,7 @@ describe("MSCCL XML import", function()
     end)
 
     it("executes correctly on the host executor", function()
-      for _, f in ipairs { "ring_ar3.xml", "local_ops.xml", "a2a_oop.xml" } do
+      for _, f in ipairs { "ring_ar3.xml", "local_ops.xml", "a2a_oop.xml", "staged.xml", "rrs_live.xml" } do
         local plan = verdicts(imp(f)).plan
         local r = assert(plan:exec { count = 96, nmicro = 2 })
         assert.are.equal(0, r.wrong, f)
