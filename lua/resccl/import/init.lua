@@ -90,8 +90,9 @@ function M.from_text(text, path, format)
     mod = require("resccl.import." .. format)
   else
     mod = M.detect(text)
+    if not mod and path:match "%.[xX][mM][lL]$" then mod = require "resccl.import.msccl_xml" end
     if not mod then
-      local json = text:match "^%s*{"
+      local json = text:match "^%s*[%[{]"
       if json then M.json_decode(text, path) end -- report malformed JSON first
       error(("%s:1: not a known algorithm format (%s)"):format(path,
         json and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'" or "MSCCL XML, TACCL JSON, TE-CCL JSON"), 0)
