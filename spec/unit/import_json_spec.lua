@@ -94,6 +94,11 @@ describe("TE-CCL JSON import", function()
         '"Chunk 0 from 1 traveled over 1->0 in epoch 0"', '"Chunk 0 from 2 traveled over 2->0 in epoch 0"' }))
     assert.are.equal("t.json:3: 7-Flows[0] moves volume 0.5 of a chunk; only whole chunks (volume 1) can be imported",
       json_err(flows { '"Chunk 0 from 0 traveled over 0->1 with volume 0.5 in epoch 0"' }))
+    assert.are.equal('t.json:1: 8-Chunk paths: number out of range in "Demand at 0 for chunk 99999999999999999999999 from 1"',
+      json_err(flows({ '"Chunk 0 from 0 traveled over 0->1 in epoch 0"' },
+        ',\n"8-Chunk paths": {"Demand at 0 for chunk 99999999999999999999999 from 1": []}')))
+    assert.are.equal("t.json:3: 7-Flows[0]: number out of range",
+      json_err(flows { '"Chunk 0 from 0 traveled over 0->1 in epoch 99999999999999999999"' }))
     assert.are.equal("t.json:1: node 1 is a switch in some flows and a GPU in others",
       json_err(flows { '"Chunk 0 from 0 traveled over 0->1 in epoch 0"', '"Chunk 0 from 1 traveled over 2->0 in epoch 0 via switches 1"' }))
   end)

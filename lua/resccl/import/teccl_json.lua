@@ -62,11 +62,15 @@ function M.import(text, path)
     if vol and math.abs((tonumber(vol) or 0) - 1) > 1e-9 then
       fail(line, "%s moves volume %s of a chunk; only whole chunks (volume 1) can be imported", where, vol)
     end
-    for sw in (rest:match "via switches ([%d,%s]+)" or ""):gmatch "%d+" do switches[tonumber(sw)] = true end
-    local f = { chunk = tonumber(c), source = tonumber(src), from = tonumber(a), to = tonumber(b), epoch = tonumber(e),
-      line = line, where = where, n = i }
-    for _, v in ipairs { f.chunk, f.source, f.from, f.to, f.epoch } do
-      if not math.tointeger(v) or v > 1 << 24 then fail(line, "%s: number out of range", where) end
+    for sw in (rest:match "via switches ([%d,%s]+)" or ""):gmatch "%d+" do
+      local n = math.tointeger(tonumber(sw))
+      if not n or n > 1 << 24 then fail(line, "%s: switch id out of range", where) end
+      switches[n] = true
+    end
+    local f = { line = line, where = where, n = i }
+    for k, v in pairs { chunk = c, source = src, from = a, to = b, epoch = e } do
+      f[k] = math.tointeger(tonumber(v))
+      if not f[k] or f[k] > 1 << 24 then fail(line, "%s: number out of range", where) end
     end
     if f.from == f.to then fail(line, "%s: a flow from GPU %d to itself", where, f.from) end
     gpus[f.source], gpus[f.from], gpus[f.to] = true, true, true
@@ -80,19 +84,22 @@ function M.import(text, path)
     for k in pairs(obj[paths_key]) do
       local d, c, s = tostring(k):match "^Demand at (%d+) for chunk (%d+) from (%d+)"
       if d then
-        d, c, s = tonumber(d), tonumber(c), tonumber(s)
+        d, c, s = math.tointeger(tonumber(d)), math.tointeger(tonumber(c)), math.tointeger(tonumber(s))
+        if not (d and c and s) or math.max(d, c, s) > 1 << 24 then
+          fail(1, "%s: number out of range in \"%s\"", paths_key, tostring(k))
+        end
         demands[#demands + 1] = { dst = d, chunk = c, source = s }
         gpus[d], gpus[s] = true, true
       end
     end
   elseif demand_key and type(obj[demand_key]) == "table" then
     for a, m in pairs(obj[demand_key]) do
-      local ga = tonumber(tostring(a):match "(%d+)")
-      if ga then gpus[ga] = true end
+      local ga = math.tointeger(tonumber(tostring(a):match "(%d+)"))
+      if ga and ga <= 1 << 24 then gpus[ga] = true end
       if type(m) == "table" then
         for b in pairs(m) do
-          local gb = tonumber(tostring(b):match "(%d+)")
-          if gb then gpus[gb] = true end
+          local gb = math.tointeger(tonumber(tostring(b):match "(%d+)"))
+          if gb and gb <= 1 << 24 then gpus[gb] = true end
         end
       end
     end
