@@ -105,14 +105,18 @@ static inline int rx_block(RxCtx *x, RxWord *w, uint32_t seen, int kind, int id)
   return 0;
 }
 
-/* Element range of chunks [idx, idx+cnt) of a buffer, micro-batch m. */
+/*
+** Element range of chunks [idx, idx+cnt) of a buffer in micro-batch m. The
+** layout is MSCCL's: a block (count elements) is cut into nmicro slabs, and
+** every slab into `chunks` tiles, one per chunk; a transfer never crosses a
+** block. So micro-batch m of any chunk range lies in slab m, and a primitive
+** that waits for micro-batch m of another waits for exactly what it reads.
+*/
 static inline void rx_tile(const RxRun *r, int idx, int cnt, int m, size_t *lo, size_t *n) {
-  size_t N = r->count, C = (size_t)r->chunks, last = (size_t)idx + cnt - 1;
-  size_t a = (size_t)idx / C * N + (size_t)idx % C * N / C;
-  size_t b = last / C * N + (last % C + 1) * N / C;
-  size_t len = b - a, M = (size_t)r->nmicro;
-  *lo = a + len * m / M;
-  *n = a + len * (m + 1) / M - *lo;
+  size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
+  size_t slab = N * m / M, len = N * (m + 1) / M - slab;
+  *lo = (size_t)idx / C * N + slab + s * len / C;
+  *n = (s + cnt) * len / C - s * len / C;
 }
 
 static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
@@ -172,16 +176,26 @@ static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) 
   return 0;
 }
 
-/* Receive into (buf, idx): copy or reduce, then forward on cout if >= 0. */
-static inline int rx_recv(RxCtx *x, int cin, int cout, int buf, int idx, int cnt, int m, int reduce) {
-  size_t lo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  rx_tile(x->run, idx, cnt, m, &lo, &n);
+/* out = operand (+) in, elementwise; the operand may be out itself. */
+static inline void rx_combine(RxRun *r, char *out, const char *operand, const char *in, size_t n) {
+  if (out != operand) memmove(out, operand, n * r->esize);
+  r->reduce(out, in, n);
+}
+
+/*
+** Receive into (wbuf, widx): copy, or reduce with the operand (ubuf, uidx)
+** when ubuf >= 0; then forward what was written on cout when cout >= 0.
+*/
+static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt, int m) {
+  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, widx, cnt, m, &lo, &n);
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     const char *s = rx_slot_in(x, cin);
     if (!s) return 1;
-    char *d = rx_at(x, buf, lo + k);
-    if (reduce) x->run->reduce(d, s, w);
+    char *d = rx_at(x, wbuf, lo + k);
+    if (ubuf >= 0) rx_combine(x->run, d, rx_at(x, ubuf, ulo + k), s, w);
     else memcpy(d, s, w * es);
     if (cout >= 0) {
       char *o = rx_slot_out(x, cout);
@@ -210,12 +224,17 @@ static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf,
   return 0;
 }
 
-static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int cnt, int m, int reduce) {
-  size_t slo, sn, dlo, dn;
-  rx_tile(x->run, ridx, cnt, m, &slo, &sn);
-  rx_tile(x->run, widx, cnt, m, &dlo, &dn);
-  if (reduce) x->run->reduce(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn);
-  else memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), dn * x->run->esize);
+/* Local copy, or reduce (out = operand (+) source) when ubuf >= 0. */
+static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt, int m) {
+  size_t slo, ulo, dlo, n;
+  rx_tile(x->run, ridx, cnt, m, &slo, &n);
+  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  if (ubuf >= 0) {
+    rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+    rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), rx_at(x, rbuf, slo), n);
+  } else {
+    memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), n * x->run->esize);
+  }
   atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
   return 0;
 }
@@ -225,16 +244,15 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int wbuf, int widx, int
 #define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
 #define RX_AT(i) (x->at = (i))
 #define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
-#define RX_WAIT_ALL(f) do { if (rx_wait(x, f, x->run->nmicro - 1)) return; } while (0)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
-#define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, b, i, n, m, 0)) return; } while (0)
-#define RX_RRC(c, b, i, n) do { if (rx_recv(x, c, -1, b, i, n, m, 1)) return; } while (0)
-#define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 0)) return; } while (0)
-#define RX_RRCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, b, i, n, m, 1)) return; } while (0)
+#define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, m)) return; } while (0)
+#define RX_RRC(c, ub, ui, b, i, n) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, m)) return; } while (0)
+#define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, m)) return; } while (0)
+#define RX_RRCS(ci, co, ub, ui, b, i, n) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, m)) return; } while (0)
 #define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
-#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 0)
-#define RX_REDUCE(rb, ri, wb, wi, n) rx_local(x, rb, ri, wb, wi, n, m, 1)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
 #define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
 #define RX_RANK_TB(r, b) rx_tb_##r##_##b,

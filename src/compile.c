@@ -40,17 +40,23 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
                    p->nranks);
   STAGE(ST_DAG, dag_build(&pl->dag, p, t, o->inplace, e));
   STAGE(ST_SCHED, sched_run(&pl->sched, &pl->dag, o->sched, e));
-  for (;;) {
+  pl->nofuse = xcalloc((size_t)pl->dag.n + 1, 1);
+  for (int round = 0;; round++) {
     STAGE(ST_LOWER, lower_run(pl, e));
     STAGE(ST_TB, tb_assign(pl, o->tb, e));
+    int marks = 0;
+    for (int k = 0; k < pl->dag.n; k++) marks += pl->nofuse[k];
     double t0 = now_ms();
     rcStatus rc = verify_run(pl, e);
     pl->stage_ms[ST_VERIFY] += now_ms() - t0;
-    /* Fusion ties a receive and a send to one TB; when that closes a cycle
-       between ranks, the plan without fusion is the one to keep. */
-    if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO) {
+    /* Fusion ties a receive and a send to one TB, which can close a cycle.
+       The verifier marks the fused primitives it found stuck; lower again
+       without fusing those, and without fusion at all if that persists. */
+    if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO && o->tb != TB_MANUAL) {
+      int again = -marks;
+      for (int k = 0; k < pl->dag.n; k++) again += pl->nofuse[k];
       unlower(pl);
-      pl->opt.fuse = FUSE_NEVER;
+      if (!again || round >= 8) pl->opt.fuse = FUSE_NEVER;
       pl->reached = ST_SCHED + 1;
       continue;
     }
@@ -62,9 +68,9 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
 
 /* Drop what lowering and TB allocation built, keeping the DAG and schedule. */
 static void unlower(Plan *pl) {
-  free(pl->p), free(pl->conn), free(pl->wait), free(pl->wait_full), free(pl->task_send), free(pl->task_recv);
+  free(pl->p), free(pl->conn), free(pl->wait), free(pl->task_send), free(pl->task_recv);
   free(pl->rank_off), free(pl->rank_prims), free(pl->ntb), free(pl->tb_off), free(pl->tb_base), free(pl->tb_prims);
-  pl->p = NULL, pl->conn = NULL, pl->wait = NULL, pl->wait_full = NULL, pl->task_send = pl->task_recv = NULL;
+  pl->p = NULL, pl->conn = NULL, pl->wait = NULL, pl->task_send = pl->task_recv = NULL;
   pl->rank_off = pl->rank_prims = pl->ntb = pl->tb_off = pl->tb_base = pl->tb_prims = NULL;
   pl->np = pl->nconn = pl->nwait = pl->nflags = pl->ntbs = 0;
 }
@@ -73,6 +79,7 @@ void plan_free(Plan *pl) {
   dag_free(&pl->dag);
   sched_free(&pl->sched);
   unlower(pl);
+  free(pl->nofuse);
   memset(pl, 0, sizeof *pl);
 }
 

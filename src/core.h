@@ -62,6 +62,7 @@ void buf_free(Buf *b);
 void buf_add(Buf *b, const char *s, size_t n);
 void buf_puts(Buf *b, const char *s);
 void buf_printf(Buf *b, const char *fmt, ...);
+void buf_int(Buf *b, long v); /* decimal, no printf: the emitter's hot path */
 
 /* Growable array of any element: VEC_PUSH(p, n, cap, value). */
 #define VEC_PUSH(p, n, cap, v)                                   \
@@ -139,27 +140,35 @@ int buf_parse(const char *s);    /* -1 when unknown */
 /*
 ** A task: one transfer after in-place aliasing, in dependency order. `chunk`
 ** is the HPDS chunk key (the destination chunk index); `xf` points back to the
-** Xfer for its source position.
+** Xfer for its source position. A reduction writes dst = operand (+) source;
+** the operand is the destination itself unless copy elision moved it.
 */
 typedef struct {
-  int src, dst, sidx, didx, cnt, xf, chunk;
-  uint8_t sbuf, dbuf, op;
+  int src, dst, sidx, didx, oidx, cnt, xf, chunk;
+  uint8_t sbuf, dbuf, obuf, op;
 } Task;
 
 /* Resolve a program for in-place or out-of-place execution. Local copies that
    aliasing turns into self-copies disappear. */
 rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
 
+/* ---------------------------------------------------------------- elide.c */
+
+/* Drop placement copies: forward copies of read-only data into their readers,
+   and fold a final copy into the task that produced its value. */
+void elide_copies(const Program *p, Task *t, int *n);
+
 /* ---------------------------------------------------------------- topo.c */
 
 #define TOPO_MAXHOP 4
 
-typedef enum { LK_NVLINK, LK_NVSWITCH, LK_NIC_TX, LK_NIC_RX } LinkKind;
+typedef enum { LK_NVLINK, LK_NVSWITCH, LK_NIC_TX, LK_NIC_RX, LK_PORT_TX, LK_PORT_RX } LinkKind;
 
 typedef struct {
   char name[48];
   LinkKind kind;
   double gbps, lat_us; /* bandwidth (GB/s per direction) and latency; the simulator's inputs */
+  double sat, gamma;   /* TBs that saturate it (0: bandwidth / TB rate) and contention penalty */
 } Link;
 
 /*
@@ -171,19 +180,31 @@ typedef struct {
 */
 typedef struct {
   char spec[64];
-  char model[16];       /* "a100", "h200", "nvswitch" */
+  char model[16];       /* "a100", "h200", "nvswitch", "dgx_h100", "ndv4", "custom" */
   int nranks, nnodes, gpn, gpus_per_nic;
+  int switched;         /* 1: a node's GPUs meet on an NVSwitch (one port per GPU); 0: NVLink pairs */
   double intra_gbps, intra_lat_us, nic_gbps, nic_lat_us;
+  /* The timing model (sim.c); 0 for a rate means unlimited. */
+  double alpha_us;               /* startup of one primitive call */
+  double tb_gbps, tb_reduce_gbps; /* what one TB moves: copying, reducing */
+  double intra_sat, nic_sat;     /* TBs that saturate a link, 0 = bandwidth / tb_gbps */
+  double intra_gamma, nic_gamma; /* contention penalty: bandwidth / (1 + gamma log2 z) */
   int nlinks;
 } Topo;
 
-/* Parse "a100:NxG", "nvswitch:G", "h200:2"; NULL with e set when malformed. */
+/* Parse a preset "a100:NxG", "nvswitch:G", "h200:2", "dgx_h100:N", "ndv4:N";
+   NULL with e set when malformed. */
 Topo *topo_parse(const char *spec, Err *e);
+/* A topology from a filled description (spec, nnodes, gpn, bandwidths...);
+   checks that every pair of ranks is reachable. */
+Topo *topo_new(const Topo *desc, Err *e);
 /* The flat single-node topology used when only ranks= is given. */
 Topo *topo_flat(int nranks);
 void topo_free(Topo *t);
 /* Links a transfer from rank s to rank d occupies; returns how many (0 when s == d). */
 int topo_route(const Topo *t, int s, int d, int out[TOPO_MAXHOP]);
+/* The physical links the same transfer shares with others (switch ports, NICs). */
+int topo_path(const Topo *t, int s, int d, int out[TOPO_MAXHOP]);
 void topo_link(const Topo *t, int id, Link *out);
 
 /* ----------------------------------------------------------------- dag.c */
@@ -195,7 +216,6 @@ typedef struct {
   int *link;               /* n * TOPO_MAXHOP, -1 padded */
   int *pred_off, *pred;    /* CSR: predecessors of task i */
   int *prank;              /* rank of the location each pred edge is about */
-  char *pfull;             /* 1: the successor needs all of the predecessor (chunk ranges differ) */
   int *succ_off, *succ;    /* CSR: successors */
 } Dag;
 
@@ -232,17 +252,18 @@ typedef enum {
 } PrimKind;
 
 typedef struct {
-  int src, dst;
+  int src, dst, chan;
 } Conn;
 
 /*
 ** One primitive on one rank. A fused primitive carries two tasks: `tin`
 ** arrives on `cin`, `tout` leaves on `cout`. Locals have tin == tout.
-** Reads (rbuf, ridx), writes (wbuf, widx); cnt chunks.
+** Reads (rbuf, ridx) (what a send or local copy reads), reduces with the
+** operand (ubuf, uidx), writes (wbuf, widx); cnt chunks.
 */
 typedef struct {
-  uint8_t kind, rbuf, wbuf;
-  int rank, tin, tout, cin, cout, ridx, widx, cnt;
+  uint8_t kind, rbuf, ubuf, wbuf;
+  int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
   int flag;       /* flag posted after each micro-batch, -1 when nobody waits */
@@ -251,7 +272,10 @@ typedef struct {
 
 /* -------------------------------------------------------------- compile.c */
 
-typedef enum { TB_STATE, TB_CONN } TbPolicy;
+typedef enum { TB_STATE, TB_CONN, TB_MANUAL } TbPolicy;
+/* Task-level: a TB runs each primitive over every micro-batch before the next
+   (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
+typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
 typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
 
@@ -260,6 +284,7 @@ typedef struct {
   TbPolicy tb;
   int inplace;
   int fuse;          /* FUSE_NEVER, FUSE_AUTO (drop fusion if it deadlocks), FUSE_ALWAYS */
+  ExecOrder order;   /* how each TB loops over micro-batches */
   Stage stop_after;  /* last stage to run */
 } Options;
 
@@ -276,9 +301,9 @@ typedef struct {
   Conn *conn;
   int nconn;
   int *wait;             /* concatenated wait lists, see Prim.wait_off */
-  char *wait_full;       /* per wait: 1 = wait for every micro-batch (ranges differ) */
   int nwait;
   int *task_send, *task_recv; /* per task: prim on src rank / on dst rank */
+  char *nofuse;          /* per task: its arrival must not fuse (the verifier found it in a cycle) */
   int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
   int *rank_prims;       /* in pipeline order */
   int nflags;
@@ -305,8 +330,10 @@ const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 rcStatus lower_run(Plan *pl, Err *e);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
 rcStatus verify_run(Plan *pl, Err *e);
-/* Deadlock check alone, over `nmicro` micro-batches. */
-rcStatus verify_deadlock(const Plan *pl, int nmicro, Err *e);
+/* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
+   `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
+   stuck, and returns how many it newly marked through *nmarked. */
+rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
 
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
@@ -331,6 +358,60 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e);
 void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
 /* The table of ranks and their TBs; `externs` declares ranks emitted elsewhere. */
 void emit_table(const Plan *pl, int externs, Buf *out);
+
+/* ----------------------------------------------------------------- sim.c */
+
+/* Task-level: a TB runs each primitive over every micro-batch, then the next
+   (ours). Algorithm-level: each micro-batch replays the TB's whole program
+   (MSCCL's interpreter, NCCL's loops). */
+
+typedef struct {
+  double size;      /* bytes: nccl-tests' size column for the collective */
+  double tile;      /* target bytes of one primitive call on one chunk (sets nmicro) */
+  int nmicro;       /* micro-batches; 0 = enough for tiles of at most `tile` */
+  int depth;        /* FIFO depth of a connection, in tiles */
+  ExecOrder order;
+  int instances;    /* copies of the plan side by side (channels), each on 1/instances of every chunk */
+  int rotate;       /* instance k shifts GPU indices in a node by k*gpus_per_nic (NCCL's rings) */
+  double slowdown;  /* fraction of a TB's rate lost to an interpreter */
+  int trace;        /* keep one slice per primitive call */
+} SimOpts;
+
+typedef struct {
+  int rank, tb;            /* tb: instance * ntb[rank] + the plan's TB index */
+  double busy, idle, end;  /* us working, us blocked, finishing time; busy + idle = end */
+} SimTb;
+
+typedef struct {
+  int id;                  /* topology link id */
+  double bytes, active;    /* bytes carried, us with at least one transfer */
+} SimLink;
+
+typedef struct {
+  int tb, prim, m;         /* index into SimResult.tb, primitive, micro-batch */
+  double t0, t1;           /* start of the call (its startup included) and end */
+} SimSlice;
+
+typedef struct {
+  double time_us, algbw, busbw;    /* GB/s by nccl-tests' formulas */
+  int nmicro;
+  double tile_bytes;               /* bytes of one call on one chunk */
+  int tbs_per_rank_max;
+  SimTb *tb;
+  int ntb;
+  double busy_avg, idle_avg, idle_max, released_avg; /* fractions of a TB's lifetime / of time_us */
+  SimLink *link;                   /* links that carried data, by id */
+  int nlink;
+  SimSlice *slice;
+  int nslice;
+  long events;
+} SimResult;
+
+/* Time a verified plan's per-TB programs on its topology. */
+rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e);
+void sim_free(SimResult *r);
+/* nccl-tests: algbw = S / t, busbw = algbw * factor. */
+double coll_busbw_factor(Coll c, int nranks);
 
 /* ----------------------------------------------------------- exec_host.c */
 

@@ -19,21 +19,6 @@ typedef struct {
   int task, rank;
 } Edge;
 
-/*
-** A hazard is per micro-batch only when both tasks touch the shared memory with
-** the same chunk range on that rank: then tile m of one is tile m of the
-** other. Otherwise the later task needs the whole of the earlier one.
-*/
-static int same_tiles(const Task *a, const Task *b, int r) {
-  int ab[2][3] = {{a->sbuf, a->sidx, a->src == r}, {a->dbuf, a->didx, a->dst == r}};
-  int bb[2][3] = {{b->sbuf, b->sidx, b->src == r}, {b->dbuf, b->didx, b->dst == r}};
-  if (a->cnt != b->cnt) return 0;
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 2; j++)
-      if (ab[i][2] && bb[j][2] && ab[i][0] == bb[j][0] && ab[i][1] == bb[j][1]) return 1;
-  return 0;
-}
-
 static int edge_cmp(const void *a, const void *b) {
   const Edge *x = a, *y = b;
   if (x->task != y->task) return x->task - y->task;
@@ -43,6 +28,7 @@ static int edge_cmp(const void *a, const void *b) {
 rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e) {
   memset(d, 0, sizeof *d);
   RC_CHECK(prog_tasks(p, inplace, &d->t, &d->n, e));
+  elide_copies(p, d->t, &d->n);
   int n = d->n, R = p->nranks;
   int size[NBUF], off[NBUF], per = 0;
   for (int b = 0; b < NBUF; b++) size[b] = prog_bufchunks(p, b), off[b] = per, per += size[b];
@@ -56,8 +42,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
   Edge *tmp = NULL;
   int ntmp = 0, captmp = 0;
   d->pred_off = xmalloc(((size_t)n + 1) * sizeof(int));
-  int *pred = NULL, *prank = NULL, npred = 0, cappred = 0, cappr = 0, npr = 0, npf = 0, cappf = 0;
-  char *pfull = NULL;
+  int *pred = NULL, *prank = NULL, npred = 0, cappred = 0, cappr = 0, npr = 0;
   d->link = xmalloc((size_t)n * TOPO_MAXHOP * sizeof(int));
   d->nchunk = 0;
 
@@ -65,12 +50,13 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
     Task *tk = &d->t[i];
     size_t sbase = (size_t)tk->src * per + off[tk->sbuf] + tk->sidx;
     size_t dbase = (size_t)tk->dst * per + off[tk->dbuf] + tk->didx;
+    size_t obase = (size_t)tk->dst * per + off[tk->obuf] + tk->oidx;
     ntmp = 0;
-    /* RAW on what it reads: the source, and the destination when reducing. */
+    /* RAW on what it reads: the source, and the operand when reducing. */
     for (int c = 0; c < tk->cnt; c++) {
       if (lastw[sbase + c] >= 0) VEC_PUSH(tmp, ntmp, captmp, ((Edge){lastw[sbase + c], tk->src}));
-      if (tk->op == OP_REDUCE && lastw[dbase + c] >= 0)
-        VEC_PUSH(tmp, ntmp, captmp, ((Edge){lastw[dbase + c], tk->dst}));
+      if (tk->op == OP_REDUCE && lastw[obase + c] >= 0)
+        VEC_PUSH(tmp, ntmp, captmp, ((Edge){lastw[obase + c], tk->dst}));
     }
     /* WAW and WAR on what it writes. */
     for (int c = 0; c < tk->cnt; c++) {
@@ -81,13 +67,17 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
     /* The chunk key follows the data: a forwarded chunk keeps its key. */
     if (lastw[sbase] >= 0)
       tk->chunk = key[sbase];
-    else if (tk->op == OP_REDUCE && lastw[dbase] >= 0)
-      tk->chunk = key[dbase];
+    else if (tk->op == OP_REDUCE && lastw[obase] >= 0)
+      tk->chunk = key[obase];
     if (tk->chunk + tk->cnt > d->nchunk) d->nchunk = tk->chunk + tk->cnt;
-    /* Update: readers of the source, then the destination's new writer. */
+    /* Update: readers of the source (and operand), then the destination's new writer. */
     for (int c = 0; c < tk->cnt; c++) {
       VEC_PUSH(rd, nrd, caprd, ((Reader){i, head[sbase + c]}));
       head[sbase + c] = nrd - 1;
+      if (tk->op == OP_REDUCE && obase != dbase) {
+        VEC_PUSH(rd, nrd, caprd, ((Reader){i, head[obase + c]}));
+        head[obase + c] = nrd - 1;
+      }
     }
     for (int c = 0; c < tk->cnt; c++) {
       lastw[dbase + c] = i;
@@ -100,7 +90,6 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
       if (k > 0 && tmp[k].task == tmp[k - 1].task && tmp[k].rank == tmp[k - 1].rank) continue;
       VEC_PUSH(pred, npred, cappred, tmp[k].task);
       VEC_PUSH(prank, npr, cappr, tmp[k].rank);
-      VEC_PUSH(pfull, npf, cappf, (char)!same_tiles(&d->t[tmp[k].task], tk, tmp[k].rank));
     }
     int *lk = d->link + (size_t)i * TOPO_MAXHOP;
     int nl = topo_route(t, tk->src, tk->dst, lk);
@@ -109,7 +98,6 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
   d->pred_off[n] = npred;
   d->pred = pred;
   d->prank = prank;
-  d->pfull = pfull;
   free(lastw), free(head), free(key), free(rd), free(tmp);
 
   /* Successors: the transposed CSR. */
@@ -126,7 +114,7 @@ rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e)
 }
 
 void dag_free(Dag *d) {
-  free(d->t), free(d->link), free(d->pred_off), free(d->pred), free(d->prank), free(d->pfull);
+  free(d->t), free(d->link), free(d->pred_off), free(d->pred), free(d->prank);
   free(d->succ_off), free(d->succ);
   memset(d, 0, sizeof *d);
 }

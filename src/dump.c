@@ -31,6 +31,10 @@ static void dump_dag(const Plan *pl, Buf *b) {
     buf_printf(b, "t%d r%d->r%d ", i, t->src, t->dst);
     loc(b, t->sbuf, t->sidx, t->cnt);
     buf_puts(b, t->op == OP_REDUCE ? " +> " : " -> ");
+    if (t->op == OP_REDUCE && (t->obuf != t->dbuf || t->oidx != t->didx)) {
+      loc(b, t->obuf, t->oidx, 1);
+      buf_puts(b, " => ");
+    }
     loc(b, t->dbuf, t->didx, 1);
     buf_printf(b, " chunk=%d links=", t->chunk);
     const int *lk = d->link + (size_t)i * TOPO_MAXHOP;
@@ -68,6 +72,11 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
     loc(b, p->rbuf, p->ridx, p->cnt);
     if (p->kind != PR_SEND) buf_puts(b, p->kind == PR_REDUCE ? " +> " : " -> ");
   }
+  if ((p->kind == PR_RRC || p->kind == PR_RRCS || p->kind == PR_REDUCE) &&
+      (p->ubuf != p->wbuf || p->uidx != p->widx)) {
+    loc(b, p->ubuf, p->uidx, p->cnt);
+    buf_puts(b, " => ");
+  }
   if (p->kind != PR_SEND) loc(b, p->wbuf, p->widx, p->cnt);
   buf_printf(b, " slot=%d", p->slot);
   if (p->tin >= 0) buf_printf(b, " in=t%d", p->tin);
@@ -93,8 +102,9 @@ static void dump_lower(const Plan *pl, Buf *b) {
 }
 
 static void dump_tb(const Plan *pl, Buf *b) {
-  buf_printf(b, "tb %s: %d TBs, at most %d per rank\n", pl->opt.tb == TB_STATE ? "state" : "conn", pl->ntbs,
-             plan_tbs_max(pl));
+  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s\n",
+             pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual", pl->ntbs, plan_tbs_max(pl),
+             pl->opt.order == EX_ALGO ? ", algorithm-level" : "");
   for (int r = 0; r < pl->prog->nranks; r++)
     for (int t = 0; t < pl->ntb[r]; t++) {
       int g = pl->tb_base[r] + t;

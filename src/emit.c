@@ -1,10 +1,12 @@
 /*
 ** emit.c — kernels from the TB plan: per rank, per TB, per pipeline entry,
-** each entry one loop over micro-batches with constant chunk indices. The
+** each entry one loop over micro-batches with constant chunk indices (or, in
+** algorithm-level order, one loop around the TB's whole list). The
 ** code is written against the RX_* primitive macros, which
 ** kernels-templates/host.h implements for the host executor (and cuda.cuh for
 ** GPUs). There is no step table and no interpreter: the schedule is the code.
 */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,44 +14,68 @@
 
 static const char *const bufc[NBUF] = {"RX_INPUT", "RX_OUTPUT", "RX_SCRATCH"};
 
-static void emit_prim(const Plan *pl, int i, Buf *b) {
-  const Prim *p = &pl->p[i];
-  char at[300];
-  int t = p->tin >= 0 ? p->tin : p->tout;
-  plan_task_where(pl, t, at, sizeof at);
-  buf_printf(b, "  /* sub-pipeline %d, task %d: %s (%s) */\n", p->slot, t, prim_name(p->kind), at);
-  buf_printf(b, "  RX_AT(%d);\n  RX_FOR_M {\n", i);
-  for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
-    buf_printf(b, "    RX_WAIT%s(%d);\n", pl->wait_full[j] ? "_ALL" : "", pl->p[pl->wait[j]].flag);
-  switch (p->kind) {
-  case PR_SEND: buf_printf(b, "    RX_SEND(%d, %s, %d, %d);\n", p->cout, bufc[p->rbuf], p->ridx, p->cnt); break;
-  case PR_RECV: buf_printf(b, "    RX_RECV(%d, %s, %d, %d);\n", p->cin, bufc[p->wbuf], p->widx, p->cnt); break;
-  case PR_RRC: buf_printf(b, "    RX_RRC(%d, %s, %d, %d);\n", p->cin, bufc[p->wbuf], p->widx, p->cnt); break;
-  case PR_RCS:
-  case PR_RRCS:
-    buf_printf(b, "    RX_%s(%d, %d, %s, %d, %d);\n", p->kind == PR_RCS ? "RCS" : "RRCS", p->cin, p->cout,
-               bufc[p->wbuf], p->widx, p->cnt);
-    break;
-  case PR_CS:
-    buf_printf(b, "    RX_CS(%d, %s, %d, %s, %d, %d);\n", p->cout, bufc[p->rbuf], p->ridx, bufc[p->wbuf], p->widx,
-               p->cnt);
-    break;
-  default:
-    buf_printf(b, "    RX_%s(%s, %d, %s, %d, %d);\n", p->kind == PR_COPY ? "COPY" : "REDUCE", bufc[p->rbuf], p->ridx,
-               bufc[p->wbuf], p->widx, p->cnt);
-    break;
+/* Append "NAME(a, b, ...);" with integer and buffer-name arguments; `fmt`
+   lists them: 'i' an int, 'b' a buffer kind. Keeps printf off the hot path. */
+static void call(Buf *b, const char *name, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  buf_puts(b, "    ");
+  buf_puts(b, name);
+  buf_puts(b, "(");
+  for (const char *f = fmt; *f; f++) {
+    if (f > fmt) buf_puts(b, ", ");
+    int v = va_arg(ap, int);
+    if (*f == 'b') buf_puts(b, bufc[v]);
+    else buf_int(b, v);
   }
-  if (p->flag >= 0) buf_printf(b, "    RX_POST(%d);\n", p->flag);
-  buf_puts(b, "  }\n");
+  buf_puts(b, ");\n");
+  va_end(ap);
+}
+
+/* One pipeline entry; `loop` wraps it in its own micro-batch loop (task-level). */
+static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
+  const Prim *p = &pl->p[i];
+  const Program *pg = pl->prog;
+  int t = p->tin >= 0 ? p->tin : p->tout;
+  Src at = pg->xf[pl->dag.t[t].xf].at;
+  buf_puts(b, "  /* sub-pipeline ");
+  buf_int(b, p->slot);
+  buf_puts(b, ", task ");
+  buf_int(b, t);
+  buf_puts(b, ": ");
+  buf_puts(b, prim_name(p->kind));
+  buf_puts(b, " (");
+  buf_puts(b, at.file >= 0 && at.file < pg->nfiles ? pg->files[at.file] : pg->name);
+  buf_puts(b, ":");
+  buf_int(b, at.line);
+  buf_puts(b, ") */\n  RX_AT(");
+  buf_int(b, i);
+  buf_puts(b, loop ? ");\n  RX_FOR_M {\n" : ");\n");
+  for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
+    call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
+  switch (p->kind) {
+  case PR_SEND: call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt); break;
+  case PR_RECV: call(b, "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
+  case PR_RRC: call(b, "RX_RRC", "ibibii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
+  case PR_RRCS: call(b, "RX_RRCS", "iibibii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  case PR_CS: call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
+  case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
+  default: call(b, "RX_REDUCE", "bibibii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  }
+  if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
+  if (loop) buf_puts(b, "  }\n");
 }
 
 void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
   (void)tg; /* both targets share the macro vocabulary */
   for (int t = 0; t < pl->ntb[r]; t++) {
     int g = pl->tb_base[r] + t;
+    int algo = pl->opt.order == EX_ALGO;
     buf_printf(b, "\nRX_TB(%d, %d) {\n", r, t);
-    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) emit_prim(pl, pl->tb_prims[k], b);
-    buf_puts(b, "}\n");
+    if (algo) buf_puts(b, "  RX_FOR_M { /* algorithm-level: the whole list, once per micro-batch */\n");
+    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) emit_prim(pl, pl->tb_prims[k], !algo, b);
+    buf_puts(b, algo ? "  }\n}\n" : "}\n");
   }
   buf_printf(b, "\nRX_RANK_BEGIN(%d)\n", r);
   for (int t = 0; t < pl->ntb[r]; t++) buf_printf(b, "  RX_RANK_TB(%d, %d)\n", r, t);

@@ -98,14 +98,15 @@ static double get(const void *base, size_t i, Dtype dt) {
   }
 }
 
-/* Element length of chunks [idx, idx+cnt) under this count. */
-static size_t range_len(const RxRun *run, int idx, int cnt) {
-  size_t lo, n, total = 0;
-  RxRun one = *run;
-  one.nmicro = 1;
-  rx_tile(&one, idx, cnt, 0, &lo, &n);
-  total = n;
-  return total;
+/* Do both ends of a transfer move the same number of elements in every micro-batch? */
+static int same_size(const RxRun *run, int sidx, int didx, int cnt) {
+  for (int m = 0; m < run->nmicro; m++) {
+    size_t lo, a, b;
+    rx_tile(run, sidx, cnt, m, &lo, &a);
+    rx_tile(run, didx, cnt, m, &lo, &b);
+    if (a != b) return 0;
+  }
+  return 1;
 }
 
 typedef struct {
@@ -211,7 +212,7 @@ rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   /* Both ends of a transfer must move the same number of elements. */
   for (int t = 0; t < pl->dag.n; t++) {
     const Task *k = &pl->dag.t[t];
-    if (range_len(&run, k->sidx, k->cnt) != range_len(&run, k->didx, k->cnt)) {
+    if (!same_size(&run, k->sidx, k->didx, k->cnt)) {
       char at[300];
       return err_set(e, RC_ESIZE, "%s: count %zu does not split evenly into %d chunks per block, as this transfer "
                      "needs (%s chunk %d -> %s chunk %d)", plan_task_where(pl, t, at, sizeof at), N, C,

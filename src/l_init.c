@@ -29,11 +29,20 @@ void l_where(lua_State *L, int level, const char **file, int *line) {
   }
 }
 
+/* core.clock() -> milliseconds on a monotonic clock */
+static int l_clock(lua_State *L) {
+  lua_pushnumber(L, now_ms());
+  return 1;
+}
+
 int luaopen_resccl_core(lua_State *L) {
   lua_newtable(L); /* stack: module */
+  lua_pushcfunction(L, l_clock);
+  lua_setfield(L, -2, "clock");
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
   l_program_open(L);
   l_plan_open(L);
+  l_sim_open(L);
   return 1;
 }

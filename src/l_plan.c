@@ -33,16 +33,19 @@ static int optbool(lua_State *L, int t, const char *k, int dflt) {
 }
 
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", NULL};
+  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", NULL};
+  static const char *const orders[] = {"task", "algorithm", NULL};
   static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
   static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
-  if (lua_isnoneornil(L, 3)) lua_newtable(L), lua_replace(L, 3);
+  lua_settop(L, 3);
+  if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
   luaL_checktype(L, 3, LUA_TTABLE);
   Options o = {.sched = (SchedKind)optenum(L, 3, "sched", "hpds", scheds),
                .tb = (TbPolicy)optenum(L, 3, "tb", "state", tbs),
                .inplace = optbool(L, 3, "inplace", 0), .fuse = optenum(L, 3, "fuse", "auto", fuses),
+               .order = (ExecOrder)optenum(L, 3, "order", "task", orders),
                .stop_after = (Stage)optenum(L, 3, "stop_after", "verify", stages)};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
@@ -71,7 +74,9 @@ static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
   lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : "conn"), lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
+  lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
@@ -89,7 +94,8 @@ static int l_plan_report(lua_State *L) {
   }
   lua_createtable(L, 0, NSTAGE); /* stage times */
   double total = 0;
-  for (int s = 0; s < pl->reached && s < NSTAGE; s++) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
+  for (int s = 0; s < NSTAGE; s++)
+    if (s < pl->reached || pl->stage_ms[s] > 0) setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
   lua_setfield(L, -2, "stage_ms");
   setnum(L, "compile_ms", total);
   return 1;
@@ -141,7 +147,8 @@ static int l_plan_emit(lua_State *L) {
 static int l_plan_exec(lua_State *L) {
   static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
-  if (lua_isnoneornil(L, 2)) lua_newtable(L), lua_replace(L, 2);
+  lua_settop(L, 2);
+  if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
   ExecOpts o = {.dtype = (Dtype)optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)optenum(L, 2, "op", "sum", ops)};
@@ -227,7 +234,7 @@ static int l_plan_tostring(lua_State *L) {
                                               pl->opt.sched == SK_HPDS ? "hpds" : "rr");
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           pl->opt.tb == TB_STATE ? "state" : "conn");
+                                           pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);

@@ -62,7 +62,8 @@ static int bufarg(lua_State *L, int i) {
   return b < 0 ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
 }
 
-/* Record one transfer; returns its index. Errors name the user's line
+/* Record one transfer; returns its index and how many transfers it became
+   (one per block it spans). Errors name the user's line
    `where` frames up (1 = the direct caller, 0 = the program's definition),
    or `where` is "file:line" itself. */
 static int l_program_xfer(lua_State *L) {
@@ -91,12 +92,65 @@ static int l_program_xfer(lua_State *L) {
     x.at = p->at; /* recorded by the DSL itself: blame the definition */
   }
   Err e;
+  int before = p->nxf;
   if (prog_add(p, &x, &e) != RC_OK) {
     lua_pushstring(L, e.msg);
     return lua_error(L);
   }
-  lua_pushinteger(L, p->nxf); /* its index, for prog:hint */
-  return 1;
+  lua_pushinteger(L, before + 1);     /* its index, for prog:hint */
+  lua_pushinteger(L, p->nxf - before); /* transfers recorded: one per block it spans */
+  return 2;
+}
+
+/* Raise "file:line: bad argument #n to 'transfer' (...)" at the user's line. */
+static int badarg(lua_State *L, int n, const char *what) {
+  luaL_where(L, 2);
+  lua_pushfstring(L, "bad argument #%d to 'transfer' (%s)", n, what);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static int intarg(lua_State *L, int i) {
+  int isint;
+  lua_Integer v = lua_tointegerx(L, i, &isint);
+  if (!isint || lua_type(L, i) != LUA_TNUMBER) {
+    const char *got = lua_type(L, i) == LUA_TNUMBER ? "float" : luaL_typename(L, i);
+    badarg(L, i - 1, lua_pushfstring(L, "integer expected, got %s", got));
+  }
+  if (v < INT32_MIN + 1 || v > INT32_MAX - 1) badarg(L, i - 1, "out of range");
+  return (int)v;
+}
+
+/*
+** prog:transfer(src, dst, step, chunk, "recv"|"rrc", buffer): the paper's
+** primitive, called by the DSL's Builder:transfer, so the user's line is two
+** frames up. Checked here because a 1024-rank program records millions.
+*/
+static int l_program_transfer(lua_State *L) {
+  Program *p = checkprogram(L, 1);
+  Xfer x = {.src = intarg(L, 2), .dst = intarg(L, 3), .step = intarg(L, 4), .sidx = intarg(L, 5), .cnt = 1};
+  const char *kind = lua_tostring(L, 6);
+  if (kind && strcmp(kind, "recv") == 0) x.op = OP_COPY;
+  else if (kind && strcmp(kind, "rrc") == 0) x.op = OP_REDUCE;
+  else badarg(L, 5, lua_pushfstring(L, "\"recv\" or \"rrc\" expected, got %s", kind ? kind : luaL_typename(L, 6)));
+  x.didx = x.sidx;
+  x.sbuf = x.dbuf = (uint8_t)buf_parse(luaL_checkstring(L, 7));
+  lua_Debug ar;
+  if (lua_getstack(L, 2, &ar) && lua_getinfo(L, "Sl", &ar)) {
+    /* Sources are interned strings: the same pointer is the same file. */
+    static const void *last_src;
+    static const Program *last_prog;
+    static int last_file;
+    if (ar.source != last_src || p != last_prog)
+      last_file = prog_file(p, ar.source[0] == '@' ? ar.source + 1 : ar.short_src), last_src = ar.source, last_prog = p;
+    x.at = (Src){last_file, ar.currentline};
+  }
+  Err e;
+  if (prog_add(p, &x, &e) != RC_OK) {
+    lua_pushstring(L, e.msg);
+    return lua_error(L);
+  }
+  return 0;
 }
 
 /* prog:hint(i, send_tb, send_step, recv_tb, recv_step, channel): where an
@@ -211,7 +265,7 @@ static int l_topo_gc(lua_State *L) {
 void l_program_open(lua_State *L) {
   static const luaL_Reg pmeta[] = {
     {"__tostring", l_program_tostring}, {"__gc", l_program_gc}, {"__close", l_program_gc}, {NULL, NULL}};
-  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"hint", l_program_hint}, {"info", l_program_info}, {NULL, NULL}};
+  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"transfer", l_program_transfer}, {"hint", l_program_hint}, {"info", l_program_info}, {NULL, NULL}};
   static const luaL_Reg tmeta[] = {
     {"__tostring", l_topo_tostring}, {"__gc", l_topo_gc}, {"__close", l_topo_gc}, {NULL, NULL}};
   static const luaL_Reg tmethods[] = {{"info", l_topo_info}, {"route", l_topo_route}, {NULL, NULL}};

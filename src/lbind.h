@@ -27,6 +27,7 @@ void l_where(lua_State *L, int level, const char **file, int *line);
 
 void l_program_open(lua_State *L); /* adds to the module table on top */
 void l_plan_open(lua_State *L);
+void l_sim_open(lua_State *L);     /* adds to Topo and Plan; after the two above */
 
 int luaopen_resccl_core(lua_State *L);
 

@@ -16,6 +16,36 @@
 
 #include "core.h"
 
+/* A small open-addressing map from 64-bit keys to ints (-1 when absent). */
+typedef struct {
+  int64_t *key;
+  int *val;
+  size_t cap;
+} Map;
+
+static Map map_new(int n) {
+  Map m = {NULL, NULL, 16};
+  while (m.cap < 4 * (size_t)n) m.cap *= 2; /* lookups of absent keys insert too */
+  m.key = xmalloc(m.cap * sizeof *m.key);
+  m.val = xmalloc(m.cap * sizeof *m.val);
+  memset(m.key, 0xff, m.cap * sizeof *m.key);
+  return m;
+}
+
+/* The value slot of a key, created (-1) when new. Keys are never negative. */
+static int *map_slot(Map *m, int64_t k) {
+  size_t i = (size_t)((uint64_t)k * 0x9e3779b97f4a7c15ull >> 7) & (m->cap - 1);
+  while (m->key[i] != k && m->key[i] != -1) i = (i + 1) & (m->cap - 1);
+  if (m->key[i] == -1) m->key[i] = k, m->val[i] = -1;
+  return &m->val[i];
+}
+
+static void map_free(Map *m) { free(m->key), free(m->val); }
+
+static int64_t hint_key(int rank, int tb, int step) {
+  return ((int64_t)rank << 40) ^ ((int64_t)(tb & 0xfffff) << 20) ^ (step & 0xfffff);
+}
+
 static int prim_new(Plan *pl, int *cap, Prim p) {
   VEC_PUSH(pl->p, pl->np, *cap, p);
   return pl->np - 1;
@@ -27,14 +57,15 @@ static int prim_at(const Plan *pl, int t, int r) {
 }
 
 /* Can the arrival of t (a receive, or a local copy) fuse with the send of u,
-   which forwards what t wrote? */
-static int fusable(const Plan *pl, int t, int u, const char *fused) {
+   which forwards what t wrote? `sameslot`: only within one sub-pipeline. */
+static int fusable(const Plan *pl, int t, int u, const char *fused, int sameslot) {
   const Dag *d = &pl->dag;
   const Task *a = &d->t[t], *b = &d->t[u];
   if (b->src != a->dst || b->dst == b->src || b->sbuf != a->dbuf || b->sidx != a->didx || b->cnt != a->cnt)
     return 0;
   if (a->src == a->dst && a->op != OP_COPY) return 0;
-  if (pl->sched.slot[u] != pl->sched.slot[t] || fused[pl->task_send[u]]) return 0;
+  if ((sameslot && pl->sched.slot[u] != pl->sched.slot[t]) || fused[pl->task_send[u]] || fused[pl->task_recv[t]])
+    return 0;
   /* Every other predecessor of u on this rank must come before t's receive. */
   for (int k = d->pred_off[u]; k < d->pred_off[u + 1]; k++) {
     int w = d->pred[k];
@@ -43,8 +74,21 @@ static int fusable(const Plan *pl, int t, int u, const char *fused) {
   return 1;
 }
 
+/*
+** A chain of fused primitives moves one tile across ranks at once; if it came
+** back to a rank it already passes through, that rank would have to hold the
+** tile in two places at the same time. Does extending t's chain to rank r
+** revisit a rank?
+*/
+static int revisits(const Dag *d, const int *up, int t, int r) {
+  if (d->t[t].dst == r) return 1;
+  for (int x = t; x >= 0; x = up[x])
+    if (d->t[x].src == r) return 1;
+  return 0;
+}
+
 typedef struct {
-  int prim, on, full;
+  int prim, on;
 } Wait;
 
 static int wait_cmp(const void *x, const void *y) {
@@ -56,9 +100,9 @@ rcStatus lower_run(Plan *pl, Err *e) {
   (void)e;
   const Dag *d = &pl->dag;
   const Sched *s = &pl->sched;
-  int n = d->n, R = pl->prog->nranks, cap = 0, capc = 0;
-  int *connid = xmalloc((size_t)R * (size_t)R * sizeof *connid);
-  memset(connid, 0xff, (size_t)R * (size_t)R * sizeof *connid);
+  int n = d->n, R = pl->prog->nranks, cap = 0, capc = 0, manual = pl->opt.tb == TB_MANUAL && pl->prog->hint;
+  const TbHint *hint = pl->prog->hint;
+  Map conns = map_new(n);
   pl->task_send = xmalloc(((size_t)n + 1) * sizeof(int));
   pl->task_recv = xmalloc(((size_t)n + 1) * sizeof(int));
 
@@ -66,47 +110,64 @@ rcStatus lower_run(Plan *pl, Err *e) {
     int t = s->order[k];
     const Task *tk = &d->t[t];
     Prim base = {.tin = t, .tout = t, .cin = -1, .cout = -1, .cnt = tk->cnt, .slot = s->slot[t],
-                 .pos = s->pos[t], .flag = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .wbuf = tk->dbuf,
-                 .widx = tk->didx, .rank = tk->src};
+                 .pos = s->pos[t], .flag = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .ubuf = tk->obuf,
+                 .uidx = tk->oidx, .wbuf = tk->dbuf, .widx = tk->didx, .rank = tk->src};
     if (tk->src == tk->dst) {
       base.kind = tk->op == OP_REDUCE ? PR_REDUCE : PR_COPY;
       pl->task_send[t] = pl->task_recv[t] = prim_new(pl, &cap, base);
       continue;
     }
-    int *cid = &connid[(size_t)tk->src * R + tk->dst];
+    int chan = manual && hint[tk->xf].chan > 0 ? hint[tk->xf].chan : 0;
+    int *cid = map_slot(&conns, ((int64_t)tk->src * R + tk->dst) * 1024 + chan);
     if (*cid < 0) {
-      VEC_PUSH(pl->conn, pl->nconn, capc, ((Conn){tk->src, tk->dst}));
+      VEC_PUSH(pl->conn, pl->nconn, capc, ((Conn){tk->src, tk->dst, chan}));
       *cid = pl->nconn - 1;
     }
     Prim snd = base, rcv = base;
     snd.kind = PR_SEND, snd.tin = -1, snd.cout = *cid;
     rcv.kind = tk->op == OP_REDUCE ? PR_RRC : PR_RECV, rcv.tout = -1, rcv.cin = *cid, rcv.rank = tk->dst;
-    rcv.rbuf = tk->dbuf, rcv.ridx = tk->didx; /* a reduction's local operand is the destination */
+    rcv.ubuf = tk->obuf, rcv.uidx = tk->oidx;
     pl->task_send[t] = prim_new(pl, &cap, snd);
     pl->task_recv[t] = prim_new(pl, &cap, rcv);
   }
-  free(connid);
+  map_free(&conns);
 
-  /* Fusion: a receive followed in the same sub-pipeline by the send of the
-     same chunk from the same place becomes one forwarding primitive. */
+  /* Fusion: an arrival and the send that forwards it become one primitive.
+     Placed by hand, they fuse when the hints put them at one TB and step;
+     otherwise when they share a sub-pipeline and the chain stays simple. */
   char *gone = xcalloc((size_t)pl->np + 1, 1), *fused = xcalloc((size_t)pl->np + 1, 1);
-  if (pl->opt.fuse)
-    for (int k = 0; k < n; k++) {
-      int t = s->order[k];
-      int best = -1;
+  int *up = xmalloc(((size_t)n + 1) * sizeof *up); /* the arrival fused into a task's send */
+  for (int t = 0; t < n; t++) up[t] = -1;
+  Map sends = map_new(manual ? n : 1);
+  for (int t = 0; manual && t < n; t++) /* (rank, tb, step) of every send */
+    if (d->t[t].src != d->t[t].dst) *map_slot(&sends, hint_key(d->t[t].src, hint[d->t[t].xf].stb, hint[d->t[t].xf].sstep)) = t;
+  for (int k = 0; k < n && pl->opt.fuse; k++) {
+    int t = s->order[k];
+    int best = -1;
+    if (pl->nofuse && pl->nofuse[t]) continue;
+    if (manual) {
+      const TbHint *h = &hint[d->t[t].xf];
+      int u = *map_slot(&sends, hint_key(d->t[t].dst, d->t[t].src == d->t[t].dst ? h->stb : h->rtb,
+                                          d->t[t].src == d->t[t].dst ? h->sstep : h->rstep));
+      if (u >= 0 && u != t && fusable(pl, t, u, fused, 0)) best = u;
+    } else {
       for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
         int u = d->succ[j];
-        if (fusable(pl, t, u, fused) && (best < 0 || s->pos[u] < s->pos[best])) best = u;
+        if (fusable(pl, t, u, fused, 1) && !revisits(d, up, t, d->t[u].dst) && (best < 0 || s->pos[u] < s->pos[best]))
+          best = u;
       }
-      if (best < 0) continue;
-      Prim *r = &pl->p[pl->task_recv[t]];
-      r->kind = r->kind == PR_RRC ? PR_RRCS : r->kind == PR_COPY ? PR_CS : PR_RCS;
-      r->tout = best;
-      r->cout = pl->p[pl->task_send[best]].cout;
-      gone[pl->task_send[best]] = 1;
-      fused[pl->task_recv[t]] = fused[pl->task_send[best]] = 1;
-      pl->task_send[best] = pl->task_recv[t];
     }
+    if (best < 0) continue;
+    up[best] = t;
+    Prim *r = &pl->p[pl->task_recv[t]];
+    r->kind = r->kind == PR_RRC ? PR_RRCS : r->kind == PR_COPY ? PR_CS : PR_RCS;
+    r->tout = best;
+    r->cout = pl->p[pl->task_send[best]].cout;
+    gone[pl->task_send[best]] = 1;
+    fused[pl->task_recv[t]] = fused[pl->task_send[best]] = 1;
+    pl->task_send[best] = pl->task_recv[t];
+  }
+  map_free(&sends);
 
   /* Compact, keeping pipeline order, and renumber the task maps. */
   int *renum = xmalloc(((size_t)pl->np + 1) * sizeof *renum), m = 0;
@@ -116,7 +177,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
   }
   for (int t = 0; t < n; t++) pl->task_send[t] = renum[pl->task_send[t]], pl->task_recv[t] = renum[pl->task_recv[t]];
   pl->np = m;
-  free(renum), free(gone), free(fused);
+  free(renum), free(gone), free(fused), free(up);
 
   /* Per-rank lists; pl->p is already in pipeline order. */
   pl->rank_off = xcalloc((size_t)R + 1, sizeof(int));
@@ -135,19 +196,14 @@ rcStatus lower_run(Plan *pl, Err *e) {
     for (int k = d->pred_off[b]; k < d->pred_off[b + 1]; k++) {
       int a = d->pred[k], r = d->prank[k];
       int pa = prim_at(pl, a, r), pb = prim_at(pl, b, r);
-      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa, d->pfull[k]}));
+      if (pa != pb) VEC_PUSH(w, nw, capw, ((Wait){pb, pa}));
     }
   qsort(w, (size_t)nw, sizeof *w, wait_cmp);
   pl->wait = xmalloc(((size_t)nw + 1) * sizeof(int));
-  pl->wait_full = xmalloc((size_t)nw + 1);
   int *cnt = xcalloc((size_t)pl->np + 1, sizeof *cnt);
   pl->nwait = 0;
   for (int i = 0; i < nw; i++) {
-    if (i > 0 && w[i].prim == w[i - 1].prim && w[i].on == w[i - 1].on) {
-      pl->wait_full[pl->nwait - 1] |= (char)w[i].full;
-      continue;
-    }
-    pl->wait_full[pl->nwait] = (char)w[i].full;
+    if (i > 0 && w[i].prim == w[i - 1].prim && w[i].on == w[i - 1].on) continue;
     pl->wait[pl->nwait++] = w[i].on;
     cnt[w[i].prim]++;
   }

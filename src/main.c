@@ -50,10 +50,23 @@ static int isdir(const char *p) {
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* package.path: $RESCCL_LUA_DIR, else the source tree, else the install prefix. */
+/*
+** package.path: $RESCCL_LUA_DIR; else next to an installed binary
+** (<prefix>/bin/../share/resccl/lua, wherever the prefix was moved); else the
+** source tree the binary was built from.
+*/
 static void setpath(lua_State *L) {
+  char self[4096], installed[4200];
   const char *dir = getenv("RESCCL_LUA_DIR");
-  if (!dir || !isdir(dir)) dir = isdir(RESCCL_LUA_DIR_BUILD) ? RESCCL_LUA_DIR_BUILD : RESCCL_LUA_DIR_INSTALL;
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  installed[0] = '\0';
+  if (n > 0) {
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(installed, sizeof installed, "%s/../%s", self, RESCCL_LUA_DIR_INSTALL);
+  }
+  if (!dir || !isdir(dir)) dir = isdir(installed) ? installed : RESCCL_LUA_DIR_BUILD;
   lua_getglobal(L, "package");
   lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
   lua_getfield(L, -2, "path");

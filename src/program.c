@@ -79,7 +79,8 @@ int prog_bufchunks(const Program *p, int buf) {
   }
 }
 
-/* Validate and append one transfer; the message blames the transfer's line. */
+/* Validate and append one transfer (as several, when it spans blocks); the
+   message blames the transfer's line. */
 rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
   char at[300];
   prog_where(p, x->at, at, sizeof at);
@@ -103,11 +104,21 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
     return err_set(e, RC_EINVAL, "%s: source and destination overlap on rank %d", at, x->src);
   for (int k = 0; k < 2; k++)
     if (b[k] == BUF_SCRATCH && idx[k] + x->cnt > p->scratch_chunks) p->scratch_chunks = idx[k] + x->cnt;
-  int cap = p->capxf;
-  VEC_PUSH(p->xf, p->nxf, p->capxf, *x);
-  if (p->hint) {
-    if (cap != p->capxf) p->hint = xrealloc(p->hint, (size_t)p->capxf * sizeof *p->hint);
-    p->hint[p->nxf - 1] = (TbHint){-1, -1, -1, -1, -1};
+  /* A transfer never crosses a block (see rx_tile): cut it where either end does. */
+  Xfer part = *x;
+  while (part.cnt > 0) {
+    int C = p->chunks, n = part.cnt;
+    if (C - part.sidx % C < n) n = C - part.sidx % C;
+    if (C - part.didx % C < n) n = C - part.didx % C;
+    Xfer piece = part;
+    piece.cnt = n;
+    int cap = p->capxf;
+    VEC_PUSH(p->xf, p->nxf, p->capxf, piece);
+    if (p->hint) {
+      if (cap != p->capxf) p->hint = xrealloc(p->hint, (size_t)p->capxf * sizeof *p->hint);
+      p->hint[p->nxf - 1] = (TbHint){-1, -1, -1, -1, -1};
+    }
+    part.sidx += n, part.didx += n, part.cnt -= n;
   }
   return RC_OK;
 }
@@ -170,6 +181,7 @@ rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e) {
       alias(p, tk.src, &tk.sbuf, &tk.sidx);
       alias(p, tk.dst, &tk.dbuf, &tk.didx);
     }
+    tk.obuf = tk.dbuf, tk.oidx = tk.didx;
     if (tk.src == tk.dst && tk.sbuf == tk.dbuf && tk.sidx == tk.didx && tk.op == OP_COPY) continue;
     t[k++] = tk;
   }

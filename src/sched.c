@@ -6,9 +6,8 @@
 ** sub-pipeline is filled by repeatedly taking the highest-priority chunk that
 ** is still flagged, and inserting every one of its tasks that is ready (all
 ** predecessors placed, in an earlier sub-pipeline or this one: a dependant in
-** the same sub-pipeline runs one micro-batch behind; one that needs all of a
-** predecessor, because their chunk ranges differ, waits for the next) and
-** whose links are not yet used in this sub-pipeline. A chunk that contributes loses one priority
+** the same sub-pipeline runs one micro-batch behind) and whose links are not
+** yet used in this sub-pipeline. A chunk that contributes loses one priority
 ** point; a chunk that cannot contribute is unflagged until the next
 ** sub-pipeline. Priorities persist across sub-pipelines.
 **
@@ -133,9 +132,6 @@ rcStatus sched_run(Sched *s, const Dag *d, SchedKind kind, Err *e) {
         int free_ = 1;
         for (int h = 0; h < TOPO_MAXHOP && lk[h] >= 0; h++)
           if (used[lk[h]] == slot) free_ = 0;
-        /* A task that needs all of a predecessor cannot run beside it. */
-        for (int j = d->pred_off[t]; j < d->pred_off[t + 1] && free_; j++)
-          if (d->pfull[j] && s->slot[d->pred[j]] == slot) free_ = 0;
         if (!free_) {
           r->t[keep++] = t; /* stays ready for a later sub-pipeline */
           continue;

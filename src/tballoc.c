@@ -14,7 +14,9 @@
 ** its primitives in pipeline order whatever units they come from.
 ** Connection-based (MSCCL): one TB per unit.
 **
-** Then each TB's program is its primitives in pipeline order; waits between
+** Manual: the TBs and steps the program names (see by_hint).
+**
+** Then each TB's program is its primitives in order; waits between
 ** primitives of one TB disappear (program order), the rest get a flag.
 */
 #include <stdlib.h>
@@ -37,8 +39,8 @@ static int unit_cmp(const void *a, const void *b) {
   return x->unit - y->unit;
 }
 
-rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
-  (void)e;
+/* State-based or connection-based: TB of every primitive by unit activity. */
+static void by_activity(Plan *pl, TbPolicy pol) {
   int R = pl->prog->nranks, nc = pl->nconn, np = pl->np;
   /* Unit ids: 2*conn (send end), 2*conn+1 (receive end), 2*nconn + rank (its local copies). */
   int nu = 2 * nc + R;
@@ -105,24 +107,93 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     pl->tb_base[r] = r > 0 ? pl->tb_base[r - 1] + pl->ntb[r - 1] : 0;
   }
   pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
-  free(us), free(busy), free(first), free(uoff), free(uslots);
+  for (int i = 0; i < np; i++) pl->p[i].tb = tbof[unit[i]];
+  free(us), free(busy), free(first), free(uoff), free(uslots), free(tbof), free(unit), free(up);
+}
 
-  /* TB programs: primitives in pipeline order. */
+/*
+** Manual placement: every transfer names its TB and step on both ranks (an
+** imported file's own schedule, or MSCCLang-style sendtb/recvtb). A
+** connection still belongs to one TB on each side, or its order is lost.
+*/
+static rcStatus by_hint(Plan *pl, int *key, Err *e) {
+  const Program *pg = pl->prog;
+  int R = pg->nranks, np = pl->np;
+  char at[300];
+  for (int i = 0; i < np; i++) {
+    Prim *p = &pl->p[i];
+    int t = p->tin >= 0 ? p->tin : p->tout;
+    const TbHint *h = pg->hint ? &pg->hint[pl->dag.t[t].xf] : NULL;
+    int recv_side = p->cin >= 0;
+    int tb = !h ? -1 : recv_side ? h->rtb : h->stb, step = !h ? -1 : recv_side ? h->rstep : h->sstep;
+    if (tb < 0 || step < 0)
+      return err_set(e, RC_EINVAL, "%s: manual thread-block placement needs a %s TB and step for this transfer",
+                     plan_task_where(pl, t, at, sizeof at), recv_side ? "receiving" : "sending");
+    p->tb = tb, key[i] = step;
+  }
+  int *end[2];
+  for (int k = 0; k < 2; k++) {
+    end[k] = xmalloc(((size_t)pl->nconn + 1) * sizeof(int));
+    for (int c = 0; c < pl->nconn; c++) end[k][c] = -1;
+  }
+  rcStatus rc = RC_OK;
+  for (int i = 0; i < np && rc == RC_OK; i++) {
+    const Prim *p = &pl->p[i];
+    const int c[2] = {p->cout, p->cin};
+    for (int k = 0; k < 2 && rc == RC_OK; k++) {
+      if (c[k] < 0) continue;
+      if (end[k][c[k]] < 0) end[k][c[k]] = p->tb;
+      else if (end[k][c[k]] != p->tb) {
+        const Conn *cn = &pl->conn[c[k]];
+        rc = err_set(e, RC_EINVAL, "%s: rank %d %s rank %d (channel %d) on two TBs (tb %d and tb %d); a "
+                     "connection belongs to one TB", plan_task_where(pl, k ? p->tin : p->tout, at, sizeof at),
+                     p->rank, k ? "receives from" : "sends to", k ? cn->src : cn->dst, cn->chan, end[k][c[k]], p->tb);
+      }
+    }
+  }
+  free(end[0]), free(end[1]);
+  if (rc != RC_OK) return rc;
+  pl->ntb = xcalloc((size_t)R + 1, sizeof(int));
+  pl->tb_base = xcalloc((size_t)R + 1, sizeof(int));
+  for (int i = 0; i < np; i++)
+    if (pl->p[i].tb + 1 > pl->ntb[pl->p[i].rank]) pl->ntb[pl->p[i].rank] = pl->p[i].tb + 1;
+  for (int r = 1; r <= R; r++) pl->tb_base[r] = pl->tb_base[r - 1] + pl->ntb[r - 1];
+  pl->ntbs = pl->tb_base[R];
+  return RC_OK;
+}
+
+static const int *sort_key;
+static int by_key(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  if (sort_key[x] != sort_key[y]) return sort_key[x] < sort_key[y] ? -1 : 1;
+  return x - y; /* then pipeline order */
+}
+
+rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
+  int np = pl->np;
+  int *key = xcalloc((size_t)np + 1, sizeof *key); /* order inside a TB, before pipeline order */
+  if (pol == TB_MANUAL) {
+    rcStatus rc = by_hint(pl, key, e);
+    if (rc != RC_OK) return free(key), rc;
+  } else {
+    by_activity(pl, pol);
+  }
+
+  /* TB programs. */
   pl->tb_off = xcalloc((size_t)pl->ntbs + 1, sizeof(int));
   pl->tb_prims = xmalloc(((size_t)np + 1) * sizeof(int));
-  for (int i = 0; i < np; i++) {
-    pl->p[i].tb = tbof[unit[i]];
-    pl->tb_off[pl->tb_base[pl->p[i].rank] + pl->p[i].tb + 1]++;
-  }
+  for (int i = 0; i < np; i++) pl->tb_off[pl->tb_base[pl->p[i].rank] + pl->p[i].tb + 1]++;
   for (int b = 0; b < pl->ntbs; b++) pl->tb_off[b + 1] += pl->tb_off[b];
   int *fill = xmalloc(((size_t)pl->ntbs + 1) * sizeof *fill);
   memcpy(fill, pl->tb_off, ((size_t)pl->ntbs + 1) * sizeof *fill);
-  for (int i = 0; i < np; i++) {
-    int g = pl->tb_base[pl->p[i].rank] + pl->p[i].tb;
-    pl->p[i].seq = fill[g] - pl->tb_off[g];
-    pl->tb_prims[fill[g]++] = i;
+  for (int i = 0; i < np; i++) pl->tb_prims[fill[pl->tb_base[pl->p[i].rank] + pl->p[i].tb]++] = i;
+  sort_key = key;
+  for (int b = 0; b < pl->ntbs; b++) {
+    int *seg = pl->tb_prims + pl->tb_off[b], len = pl->tb_off[b + 1] - pl->tb_off[b];
+    if (pol == TB_MANUAL) qsort(seg, (size_t)len, sizeof *seg, by_key);
+    for (int k = 0; k < len; k++) pl->p[seg[k]].seq = k;
   }
-  free(fill), free(tbof), free(unit), free(up);
+  free(fill), free(key);
 
   /* Waits inside one TB are program order; the others need a flag. */
   int off = 0;
@@ -135,7 +206,6 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
     for (int j = beg; j < beg + p->nwaits; j++) {
       const Prim *q = &pl->p[pl->wait[j]];
       if (q->tb == p->tb && q->seq < p->seq) continue;
-      pl->wait_full[off + k] = pl->wait_full[j];
       pl->wait[off + k++] = pl->wait[j];
     }
     p->nwaits = k;

@@ -1,11 +1,21 @@
 /*
 ** topo.c — cluster topologies: enough structure to map every transfer onto the
-** links it occupies (the communication class of a task). Bandwidths and
-** latencies are recorded for the timing model; their sources are in
-** lua/resccl/topo.lua.
+** links it occupies, plus the numbers the timing simulator (sim.c) needs.
+** The presets' numbers and their sources are documented in
+** lua/resccl/topo.lua; a custom topology fills a Topo and calls topo_new.
 **
-** Link ids: intra-node links first, node n pair (i, j) = n*gpn*gpn + i*gpn + j;
-** then per NIC a transmit and a receive link.
+** Two views of a route. topo_route gives the *logical* links, the scheduler's
+** communication classes: inside a node one per ordered GPU pair, across nodes
+** the sender's NIC (transmit) and the receiver's NIC (receive). topo_path
+** gives the *physical* resources the simulator charges: on an NVSwitch node a
+** GPU's switch port (transmit, receive) is shared by all of its peers, so a
+** transfer there occupies the sender's tx port and the receiver's rx port;
+** a direct NVLink bundle and a NIC are physical already.
+**
+** Link ids: intra-node pair links first, node n pair (i, j) = n*gpn*gpn +
+** i*gpn + j; then per NIC a transmit and a receive link; then per GPU a
+** transmit and a receive switch port. Ids are computed, not stored, so 1024
+** ranks cost nothing.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,27 +26,72 @@
 #define MAX_NODES 128
 #define MAX_GPN 1024
 
-static Topo *topo_make(const char *spec, const char *model, int nnodes, int gpn) {
-  Topo *t = xcalloc(1, sizeof *t);
-  snprintf(t->spec, sizeof t->spec, "%s", spec);
-  snprintf(t->model, sizeof t->model, "%s", model);
-  t->nnodes = nnodes;
-  t->gpn = gpn;
-  t->nranks = nnodes * gpn;
-  t->gpus_per_nic = 2;
-  /* A100 (paper Table 2): NVSwitch 300 GB/s per GPU per direction, 200 Gb/s RoCE NICs. */
-  t->intra_gbps = 300, t->intra_lat_us = 2;
-  t->nic_gbps = 25, t->nic_lat_us = 5;
-  if (strcmp(model, "h200") == 0) t->intra_gbps = 390, t->intra_lat_us = 2; /* NV18, measured */
-  int nics = nnodes > 1 ? nnodes * ((gpn + t->gpus_per_nic - 1) / t->gpus_per_nic) : 0;
-  t->nlinks = nnodes * gpn * gpn + 2 * nics;
+/*
+** Preset parameters, one row per model (sources: lua/resccl/topo.lua).
+** Bandwidths are what SM-driven transfers reach, GB/s per direction.
+*/
+typedef struct {
+  const char *model;
+  int gpn;             /* fixed GPUs per node, 0 = from the spec */
+  int switched, gpus_per_nic;
+  double intra_gbps, intra_lat_us, nic_gbps, nic_lat_us;
+  double alpha_us, tb_gbps, tb_reduce_gbps;
+  double intra_sat, nic_sat, intra_gamma, nic_gamma;
+} Preset;
+
+static const Preset presets[] = {
+    /* model      gpn sw nic  intra lat   nic   lat  alpha  tb   tbred isat nsat igam ngam */
+    {"a100",       0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
+    {"nvswitch",   0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
+    {"ndv4",       8, 1, 1,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
+    {"dgx_h100",   8, 1, 1,   370, 0.7,  45,   2.5,  1.0,  46,  24,   8,   4,  0.1, 0.3},
+    {"h200",       2, 0, 1,   370, 0.7,  0,    0,    1.0,  46,  24,   8,   0,  0.1, 0},
+};
+
+static const char *const KNOWN = "a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N";
+
+/* Count links; check that every pair of ranks can reach the other. */
+Topo *topo_new(const Topo *desc, Err *e) {
+  const Topo *d = desc;
+  if (d->nnodes < 1 || d->gpn < 1)
+    return err_set(e, RC_ETOPO, "topology '%s': needs at least one node and one GPU per node", d->spec), NULL;
+  if (d->nnodes > MAX_NODES || d->gpn > MAX_GPN || d->nnodes * d->gpn > MAX_GPN)
+    return err_set(e, RC_ETOPO, "topology '%s': at most %d nodes and %d GPUs", d->spec, MAX_NODES, MAX_GPN), NULL;
+  if (d->gpn > 1 && !(d->intra_gbps > 0))
+    return err_set(e, RC_ETOPO, "topology '%s': ranks 0 and 1 cannot reach each other (no intra-node bandwidth)",
+                   d->spec), NULL;
+  if (d->nnodes > 1 && !(d->nic_gbps > 0 && d->gpus_per_nic >= 1))
+    return err_set(e, RC_ETOPO, "topology '%s': ranks 0 and %d cannot reach each other (no NIC between nodes)",
+                   d->spec, d->gpn), NULL;
+  if (d->alpha_us < 0 || d->tb_gbps < 0 || d->tb_reduce_gbps < 0 || d->intra_lat_us < 0 || d->nic_lat_us < 0 ||
+      d->intra_sat < 0 || d->nic_sat < 0 || d->intra_gamma < 0 || d->nic_gamma < 0)
+    return err_set(e, RC_ETOPO, "topology '%s': negative latency, bandwidth or penalty", d->spec), NULL;
+  Topo *t = xmalloc(sizeof *t);
+  *t = *d;
+  t->nranks = t->nnodes * t->gpn;
+  if (t->gpus_per_nic < 1) t->gpus_per_nic = 1;
+  int nics = t->nnodes > 1 ? t->nnodes * ((t->gpn + t->gpus_per_nic - 1) / t->gpus_per_nic) : 0;
+  t->nlinks = t->nnodes * t->gpn * t->gpn + 2 * nics + (t->switched ? 2 * t->nranks : 0);
   return t;
+}
+
+static Topo *topo_preset(const char *spec, const Preset *p, int nnodes, int gpn, Err *e) {
+  Topo d = {0};
+  snprintf(d.spec, sizeof d.spec, "%s", spec);
+  snprintf(d.model, sizeof d.model, "%s", p->model);
+  d.nnodes = nnodes, d.gpn = gpn, d.switched = p->switched, d.gpus_per_nic = p->gpus_per_nic;
+  d.intra_gbps = p->intra_gbps, d.intra_lat_us = p->intra_lat_us;
+  d.nic_gbps = p->nic_gbps, d.nic_lat_us = p->nic_lat_us;
+  d.alpha_us = p->alpha_us, d.tb_gbps = p->tb_gbps, d.tb_reduce_gbps = p->tb_reduce_gbps;
+  d.intra_sat = p->intra_sat, d.nic_sat = p->nic_sat, d.intra_gamma = p->intra_gamma, d.nic_gamma = p->nic_gamma;
+  return topo_new(&d, e);
 }
 
 Topo *topo_flat(int nranks) {
   char spec[32];
+  Err e;
   snprintf(spec, sizeof spec, "nvswitch:%d", nranks);
-  return topo_make(spec, "nvswitch", 1, nranks);
+  return topo_preset(spec, &presets[1], 1, nranks, &e);
 }
 
 static int parse_int(const char **s, int *v) {
@@ -48,30 +103,37 @@ static int parse_int(const char **s, int *v) {
   return 1;
 }
 
+/*
+** "model:NxG" for a100; "model:G" for nvswitch (one node); "model:N" (nodes)
+** for the models with a fixed node size; h200 only as h200:2.
+*/
 Topo *topo_parse(const char *spec, Err *e) {
   const char *colon = strchr(spec, ':');
+  const Preset *p = NULL;
   int n = 1, g = 0;
   if (!colon || colon - spec >= 16) goto bad;
-  char model[16];
-  memcpy(model, spec, (size_t)(colon - spec));
-  model[colon - spec] = '\0';
-  const char *s = colon + 1;
-  if (strcmp(model, "a100") == 0) {
-    if (!parse_int(&s, &n) || *s++ != 'x' || !parse_int(&s, &g) || *s) goto bad;
-  } else if (strcmp(model, "nvswitch") == 0 || strcmp(model, "h200") == 0) {
-    if (!parse_int(&s, &g) || *s) goto bad;
-    if (strcmp(model, "h200") == 0 && g != 2)
-      return err_set(e, RC_ETOPO, "topology '%s': h200 has 2 GPUs (h200:2)", spec), NULL;
-  } else {
-    err_set(e, RC_ETOPO, "topology '%s': unknown model '%s' (known: a100:NxG, nvswitch:G, h200:2)", spec, model);
+  for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+    if (strlen(presets[i].model) == (size_t)(colon - spec) && strncmp(spec, presets[i].model, (size_t)(colon - spec)) == 0)
+      p = &presets[i];
+  if (!p) {
+    err_set(e, RC_ETOPO, "topology '%s': unknown model '%.*s' (known: %s)", spec, (int)(colon - spec), spec, KNOWN);
     return NULL;
   }
-  if (n > MAX_NODES || g > MAX_GPN || n * g > MAX_GPN)
-    return err_set(e, RC_ETOPO, "topology '%s': at most %d nodes and %d GPUs", spec, MAX_NODES, MAX_GPN), NULL;
-  if (n * g < 1) goto bad;
-  return topo_make(spec, model, n, g);
+  const char *s = colon + 1;
+  if (strcmp(p->model, "a100") == 0) {
+    if (!parse_int(&s, &n) || *s++ != 'x' || !parse_int(&s, &g) || *s) goto bad;
+  } else if (strcmp(p->model, "nvswitch") == 0) {
+    if (!parse_int(&s, &g) || *s) goto bad;
+  } else if (strcmp(p->model, "h200") == 0) {
+    if (!parse_int(&s, &g) || *s) goto bad;
+    if (g != 2) return err_set(e, RC_ETOPO, "topology '%s': h200 has 2 GPUs (h200:2)", spec), NULL;
+  } else {
+    if (!parse_int(&s, &n) || *s) goto bad;
+    g = p->gpn;
+  }
+  return topo_preset(spec, p, n, g, e);
 bad:
-  err_set(e, RC_ETOPO, "topology '%s': expected a100:NxG, nvswitch:G or h200:2", spec);
+  err_set(e, RC_ETOPO, "topology '%s': expected %s", spec, KNOWN);
   return NULL;
 }
 
@@ -82,9 +144,16 @@ static int nic_of(const Topo *t, int rank) {
   return (rank / t->gpn) * per_node + (rank % t->gpn) / t->gpus_per_nic;
 }
 
+static int nic_base(const Topo *t) { return t->nnodes * t->gpn * t->gpn; }
+
+static int port_base(const Topo *t) {
+  int nics = t->nnodes > 1 ? t->nnodes * ((t->gpn + t->gpus_per_nic - 1) / t->gpus_per_nic) : 0;
+  return nic_base(t) + 2 * nics;
+}
+
 int topo_route(const Topo *t, int s, int d, int out[TOPO_MAXHOP]) {
   if (s == d) return 0;
-  int g = t->gpn, base = t->nnodes * g * g;
+  int g = t->gpn, base = nic_base(t);
   if (s / g == d / g) {
     out[0] = (s / g) * g * g + (s % g) * g + d % g;
     return 1;
@@ -94,20 +163,36 @@ int topo_route(const Topo *t, int s, int d, int out[TOPO_MAXHOP]) {
   return 2;
 }
 
+int topo_path(const Topo *t, int s, int d, int out[TOPO_MAXHOP]) {
+  int n = topo_route(t, s, d, out);
+  if (n == 1 && t->switched) {
+    out[0] = port_base(t) + 2 * s;     /* sender's switch port, transmit */
+    out[1] = port_base(t) + 2 * d + 1; /* receiver's switch port, receive */
+    n = 2;
+  }
+  return n;
+}
+
 void topo_link(const Topo *t, int id, Link *l) {
-  int g = t->gpn, base = t->nnodes * g * g;
+  int g = t->gpn, base = nic_base(t), ports = port_base(t);
   memset(l, 0, sizeof *l);
   if (id < base) {
     int n = id / (g * g), i = id / g % g, j = id % g;
-    l->kind = g == 2 && strcmp(t->model, "nvswitch") != 0 ? LK_NVLINK : LK_NVSWITCH;
-    l->gbps = t->intra_gbps;
-    l->lat_us = t->intra_lat_us;
+    l->kind = t->switched ? LK_NVSWITCH : LK_NVLINK;
+    l->gbps = t->intra_gbps, l->lat_us = t->intra_lat_us;
+    l->sat = t->intra_sat, l->gamma = t->intra_gamma;
     snprintf(l->name, sizeof l->name, "nvl:%d->%d", n * g + i, n * g + j);
-  } else {
+  } else if (id < ports) {
     int nic = (id - base) / 2, rx = (id - base) % 2;
     l->kind = rx ? LK_NIC_RX : LK_NIC_TX;
-    l->gbps = t->nic_gbps;
-    l->lat_us = t->nic_lat_us;
+    l->gbps = t->nic_gbps, l->lat_us = t->nic_lat_us;
+    l->sat = t->nic_sat, l->gamma = t->nic_gamma;
     snprintf(l->name, sizeof l->name, "nic%d.%s", nic, rx ? "rx" : "tx");
+  } else {
+    int gpu = (id - ports) / 2, rx = (id - ports) % 2;
+    l->kind = rx ? LK_PORT_RX : LK_PORT_TX;
+    l->gbps = t->intra_gbps, l->lat_us = t->intra_lat_us;
+    l->sat = t->intra_sat, l->gamma = t->intra_gamma;
+    snprintf(l->name, sizeof l->name, "gpu%d.%s", gpu, rx ? "rx" : "tx");
   }
 }

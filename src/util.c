@@ -84,6 +84,15 @@ void buf_add(Buf *b, const char *s, size_t n) {
 
 void buf_puts(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
+void buf_int(Buf *b, long v) {
+  char tmp[24], *p = tmp + sizeof tmp;
+  unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+  do *--p = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0) *--p = '-';
+  buf_add(b, p, (size_t)(tmp + sizeof tmp - p));
+}
+
 void buf_printf(Buf *b, const char *fmt, ...) {
   char small[512];
   va_list ap;

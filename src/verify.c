@@ -74,28 +74,30 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
     for (int c = 0; c < tk->cnt; c++) {
       /* Task buffers are already placed: index without aliasing. */
       Val s = v[loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx + c)];
+      Val o = v[loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx + c)];
       size_t di = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx + c);
       if (tk->op == OP_COPY) v[di] = s;
-      else if (s.cnt < 0 || v[di].cnt < 0) v[di].cnt = -1;
-      else v[di].h += s.h, v[di].cnt += s.cnt;
+      else if (s.cnt < 0 || o.cnt < 0) v[di] = (Val){0, -1};
+      else v[di] = (Val){o.h + s.h, o.cnt + s.cnt};
       writer[di] = t;
     }
   }
 
+  /* A reduced chunk holds every rank's input chunk of its index, once. */
+  uint64_t *colsum = xcalloc((size_t)ni + 1, sizeof *colsum);
+  if (p->coll == COLL_ALLREDUCE || p->coll == COLL_REDUCESCATTER)
+    for (int i = 0; i < ni; i++)
+      for (int b = 0; b < R; b++) colsum[i] += contrib(b, i);
   rcStatus rc = RC_OK;
   int no = prog_bufchunks(p, BUF_OUTPUT);
   for (int r = 0; r < R && rc == RC_OK; r++)
     for (int j = 0; j < no && rc == RC_OK; j++) {
-      Val want = {0, 0};
+      Val want;
       switch (p->coll) {
       case COLL_ALLGATHER: want = (Val){contrib(j / C, j % C), 1}; break;
       case COLL_ALLTOALL: want = (Val){contrib(j / C, r * C + j % C), 1}; break;
-      case COLL_REDUCESCATTER:
-        for (int b = 0; b < R; b++) want.h += contrib(b, r * C + j), want.cnt++;
-        break;
-      default:
-        for (int b = 0; b < R; b++) want.h += contrib(b, j), want.cnt++;
-        break;
+      case COLL_REDUCESCATTER: want = (Val){colsum[r * C + j], R}; break;
+      default: want = (Val){colsum[j], R}; break;
       }
       size_t li = loc(&L, p, inplace, r, BUF_OUTPUT, j);
       Val got = v[li];
@@ -126,39 +128,43 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
       rc = err_set(e, RC_EVERIFY, "%s: %s result wrong: rank %d output chunk %d holds %s", at, coll_name(p->coll),
                    r, j, what);
     }
-  free(v), free(writer);
+  free(v), free(writer), free(colsum);
   return rc;
 }
 
-/* Both ends of every connection must run its tasks in the same order. */
+/*
+** Both ends of every connection must run its tasks in the same order. Each end
+** belongs to one TB; list the tasks each end sees in its TB's order, compare.
+*/
 static rcStatus conn_order(const Plan *pl, Err *e) {
   int nc = pl->nconn;
-  int *last_s = xmalloc(((size_t)nc + 1) * sizeof(int)), *last_r = xmalloc(((size_t)nc + 1) * sizeof(int));
-  for (int c = 0; c < nc; c++) last_s[c] = last_r[c] = -1;
-  rcStatus rc = RC_OK;
-  /* TB order is pipeline order on each rank, so a connection's task sequence
-     is increasing in pipeline position on the sending side; the receiving
-     side must see the same sequence. Compare per connection via positions. */
-  for (int i = 0; i < pl->np && rc == RC_OK; i++) {
-    const Prim *q = &pl->p[i];
-    if (q->cout >= 0) {
-      int pos = pl->sched.pos[q->tout];
-      if (pos < last_s[q->cout]) rc = RC_EDEADLOCK;
-      last_s[q->cout] = pos;
-    }
-    if (q->cin >= 0) {
-      int pos = pl->sched.pos[q->tin];
-      if (pos < last_r[q->cin]) rc = RC_EDEADLOCK;
-      last_r[q->cin] = pos;
-    }
-    if (rc != RC_OK) {
-      char at[300];
-      plan_task_where(pl, q->tin >= 0 ? q->tin : q->tout, at, sizeof at);
-      err_set(e, rc, "%s: connection rank %d -> rank %d carries tasks out of order", at,
-              pl->conn[q->cout >= 0 ? q->cout : q->cin].src, pl->conn[q->cout >= 0 ? q->cout : q->cin].dst);
-    }
+  int *off = xcalloc((size_t)nc + 2, sizeof *off), *fill[2], *seq[2];
+  for (int i = 0; i < pl->np; i++)
+    if (pl->p[i].cout >= 0) off[pl->p[i].cout + 2]++;
+  for (int c = 0; c < nc; c++) off[c + 2] += off[c + 1];
+  for (int k = 0; k < 2; k++) {
+    fill[k] = xmalloc(((size_t)nc + 1) * sizeof(int));
+    memcpy(fill[k], off + 1, (size_t)nc * sizeof(int));
+    seq[k] = xmalloc(((size_t)off[nc + 1] + 1) * sizeof(int));
   }
-  free(last_s), free(last_r);
+  for (int g = 0; g < pl->ntbs; g++)
+    for (int j = pl->tb_off[g]; j < pl->tb_off[g + 1]; j++) {
+      const Prim *q = &pl->p[pl->tb_prims[j]];
+      if (q->cout >= 0) seq[0][fill[0][q->cout]++] = q->tout;
+      if (q->cin >= 0) seq[1][fill[1][q->cin]++] = q->tin;
+    }
+  rcStatus rc = RC_OK;
+  for (int c = 0; c < nc && rc == RC_OK; c++)
+    for (int j = off[c + 1]; j < off[c + 2] && rc == RC_OK; j++) {
+      if (seq[0][j] == seq[1][j]) continue;
+      char a[300], b[300];
+      plan_task_where(pl, seq[1][j], b, sizeof b);
+      rc = err_set(e, RC_EDEADLOCK, "%s: connection rank %d -> rank %d (channel %d) carries transfers in a different "
+                   "order at its two ends: the sender's transfer #%d is this one, the receiver's is %s",
+                   plan_task_where(pl, seq[0][j], a, sizeof a), pl->conn[c].src, pl->conn[c].dst, pl->conn[c].chan,
+                   j - off[c + 1] + 1, b);
+    }
+  free(off), free(fill[0]), free(fill[1]), free(seq[0]), free(seq[1]);
   return rc;
 }
 
@@ -191,6 +197,20 @@ static int tb_of(const Plan *pl, int prim) { return pl->tb_base[pl->p[prim].rank
 static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off[b]; }
 
 static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
+
+/* Has TB b run its whole program, in its execution order? */
+static int finished(const Plan *pl, const Sim *s, int b) {
+  return tb_len(pl, b) == 0 || (pl->opt.order == EX_ALGO ? s->m[b] >= s->M : s->cur[b] >= tb_len(pl, b));
+}
+
+/* Step TB b past its current (primitive, micro-batch). */
+static void advance(const Plan *pl, Sim *s, int b) {
+  if (pl->opt.order == EX_ALGO) {
+    if (++s->cur[b] == tb_len(pl, b)) s->cur[b] = 0, s->m[b]++;
+  } else if (++s->m[b] == s->M) {
+    s->m[b] = 0, s->cur[b]++;
+  }
+}
 
 static void enqueue(Sim *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
@@ -229,10 +249,10 @@ static void fire(const Plan *pl, Sim *s, int g) {
     int q = s->gmem[k], b = tb_of(pl, q);
     s->done[q] = s->m[b] + 1;
     s->arrived[b] = 0;
-    if (++s->m[b] == s->M) s->m[b] = 0, s->cur[b]++;
+    advance(pl, s, b);
     for (int w = s->head[q]; w >= 0; w = s->next[w]) enqueue(s, w);
     s->head[q] = -1;
-    if (s->cur[b] < tb_len(pl, b)) enqueue(s, b);
+    if (!finished(pl, s, b)) enqueue(s, b);
   }
 }
 
@@ -268,13 +288,18 @@ static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
     const Prim *q = &pl->p[tb_prim(pl, s, to)];
     if (!s->arrived[b]) {
       buf_printf(&msg, "its tb %d to finish %s", pl->p[s->wflag[b]].tb, prim_name(pl->p[s->wflag[b]].kind));
-    } else if (to == b) { /* the same tile needs a later primitive of this TB */
-      int g = s->grp[tb_prim(pl, s, b)], later = -1;
-      for (int k = s->goff[g]; k < s->goff[g + 1] && later < 0; k++)
-        if (s->gmem[k] != tb_prim(pl, s, b) && tb_of(pl, s->gmem[k]) == b) later = s->gmem[k];
-      buf_printf(&msg, "its own later %s to move the same tile", prim_name(pl->p[later].kind));
     } else {
-      buf_printf(&msg, "rank %d tb %d (at %s) to move the same tile", q->rank, q->tb, prim_name(q->kind));
+      /* The member of this tile's group that TB `to` has not reached yet. */
+      int g = s->grp[tb_prim(pl, s, b)], cur = tb_prim(pl, s, to), need = -1;
+      for (int k = s->goff[g]; k < s->goff[g + 1] && need < 0; k++)
+        if (tb_of(pl, s->gmem[k]) == to && s->gmem[k] != cur) need = s->gmem[k];
+      if (to == b)
+        buf_printf(&msg, "its own later %s to move the same tile", prim_name(pl->p[need].kind));
+      else if (s->grp[cur] == g)
+        buf_printf(&msg, "rank %d tb %d, at its %s but not ready", q->rank, q->tb, prim_name(q->kind));
+      else
+        buf_printf(&msg, "rank %d tb %d to reach its %s (it is at %s)", q->rank, q->tb, prim_name(pl->p[need].kind),
+                   prim_name(q->kind));
     }
     b = to;
   }
@@ -283,7 +308,21 @@ static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
   return rc;
 }
 
-rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
+/* Mark the fused primitives a blocked TB stands at, or waits with. */
+static int mark_stuck(const Plan *pl, const Sim *s, char *unfuse) {
+  int n = 0;
+  for (int b = 0; b < pl->ntbs; b++) {
+    if (finished(pl, s, b)) continue;
+    int g = s->grp[tb_prim(pl, s, b)];
+    for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
+      const Prim *q = &pl->p[s->gmem[k]];
+      if (q->tin >= 0 && q->tout >= 0 && q->tin != q->tout && !unfuse[q->tin]) unfuse[q->tin] = 1, n++;
+    }
+  }
+  return n;
+}
+
+rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err *e) {
   int nt = pl->ntbs, np = pl->np;
   Sim s = {.pl = pl, .M = M};
   make_groups(pl, &s);
@@ -304,11 +343,11 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
   while (s.qn > 0) {
     int b = s.queue[--s.qn];
     s.inq[b] = 0;
-    if (s.arrived[b] || s.cur[b] >= tb_len(pl, b)) continue;
+    if (s.arrived[b] || finished(pl, &s, b)) continue;
     int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
     const Prim *p = &pl->p[pi];
     for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-      if (s.done[pl->wait[j]] < (pl->wait_full[j] ? M : m + 1)) w = pl->wait[j];
+      if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
     s.wflag[b] = w;
     if (w >= 0) {
       s.next[b] = s.head[w], s.head[w] = b;
@@ -320,7 +359,7 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
   }
   rcStatus rc = RC_OK;
   for (int b = 0; b < nt && rc == RC_OK; b++) {
-    if (s.cur[b] >= tb_len(pl, b)) continue;
+    if (finished(pl, &s, b)) continue;
     /* Walk the wait-for chain until it repeats: that TB is on a cycle. */
     char *seen = xcalloc((size_t)nt + 1, 1);
     int c = b;
@@ -329,6 +368,7 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
     if (c < 0) continue; /* blocked behind a cycle found from another TB */
     rc = report_cycle(pl, &s, c, e);
   }
+  if (nmarked) *nmarked = rc != RC_OK && unfuse ? mark_stuck(pl, &s, unfuse) : 0;
   free(s.grp), free(s.goff), free(s.gmem), free(s.garr), free(s.cur), free(s.m), free(s.arrived), free(s.wflag);
   free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
   return rc;
@@ -337,7 +377,8 @@ rcStatus verify_deadlock(const Plan *pl, int M, Err *e) {
 rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
-  RC_CHECK(verify_deadlock(pl, 3, e));
+  int marked;
+  RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;
 }

@@ -18,12 +18,17 @@ commands:
                  file's TBs per rank and ours, the verifier's verdict;
                  -o OUT.lua writes it as an editable ReSCCLang program
   export FILE    compile and write the schedule as MSCCL XML (--msccl-xml OUT)
+  sim FILE       time the plan on its topology with the discrete-event
+                 simulator; --baseline adds MSCCL's or NCCL's way to run it
   repl           interactive Lua with the DSL loaded as `resccl`
   help           this text
 
 options:
   --sched hpds|rr        scheduler (default hpds)
-  --tb state|conn        thread-block allocation (default state)
+  --tb state|conn|manual thread-block allocation (default state); manual
+                         keeps the TBs the program names (sendtb/recvtb)
+  --order task|algorithm how a TB loops over micro-batches: task-level
+                         (default) or algorithm-level, as MSCCL runs
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
@@ -37,6 +42,17 @@ options:
 
 FILE may be a ReSCCLang script (.lua) or an MSCCL XML / TACCL JSON / TE-CCL
 JSON file; an imported file runs on its own number of ranks by default.
+sim options:
+  --size S               buffer size, nccl-tests' size column (default 256M)
+  --sweep A:B            every power of two from A to B, e.g. 1M:8G
+  --baseline msccl|nccl  also simulate the MSCCL model (connection TBs,
+                         algorithm-level, 2 channels, interpreter) or
+                         NCCL's ring with its channels
+  --channels N           channels of the baseline
+  --tile S               bytes a primitive call moves of one chunk (1M)
+  --depth N              FIFO depth of a connection in tiles (4)
+  --trace FILE           Chrome trace-event JSON of the run (Perfetto)
+  --svg FILE             TB timeline per rank, or busbw vs size with --sweep
 
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
 h200:2, nmicro=N, count=N (elements), dtype=f32|i32|f64|i64,
@@ -68,7 +84,8 @@ local function parse(argv)
   while i <= #argv do
     local a = argv[i]
     if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
-    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true })
+    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true })
+    elseif a == "--order" then o.order = value(a, { task = true, algorithm = true })
     elseif a == "--json" then o.json = true
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
     elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
@@ -77,6 +94,13 @@ local function parse(argv)
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a == "-o" or a == "--output" then o.output = value(a)
     elseif a == "--msccl-xml" then o.msccl_xml = value(a)
+    elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
+    elseif a == "--sweep" then o.sweep = value(a)
+    elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
+    elseif a == "--channels" or a == "--depth" then
+      o[a:sub(3)] = math.tointeger(tonumber(value(a)))
+      if not o[a:sub(3)] or o[a:sub(3)] < 1 then error(a .. " needs a positive integer", 0) end
+    elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
     elseif a:match "^%-%-%w[%w-]*=" then -- --flag=value
       local flag, v = a:match "^(%-%-[%w-]+)=(.*)$"
       table.insert(argv, i + 1, v)
@@ -95,14 +119,16 @@ local function parse(argv)
 end
 
 local function compile_opts(o, inplace)
-  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after }
+  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after, order = o.order }
 end
 
 -- Load and build the program; errors carry file:line already.
 local function build(o)
   if not o.file then error("a FILE is needed", 0) end
+  local t0 = core.clock()
   local alg = resccl.load(o.file)
   local prog, topo = alg:program(o.args)
+  o.parse_ms = core.clock() - t0
   return alg, prog, topo
 end
 
@@ -120,6 +146,8 @@ local function report(alg, prog, topo, plan, err)
   return r
 end
 
+
+
 local function exec_args(o)
   local a = o.args
   return {
@@ -134,8 +162,9 @@ function M.compile(o)
   local alg, prog, topo = build(o)
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if o.json then
+    local emitted = plan and o.emit and not err and #plan:emit(o.emit)
     local r = report(alg, prog, topo, plan, err)
-    if plan and o.emit and not err then r.emit_bytes = #plan:emit(o.emit) end
+    r.emit_bytes, r.parse_ms = emitted or nil, o.parse_ms
     print(json(r))
     return err and 1 or 0
   end
@@ -195,7 +224,7 @@ function M.run(o)
   local p, t = prog:info(), topo:info()
   local plan, err = resccl.compile(prog, topo, compile_opts(o, false))
   local other = resccl.compile(prog, topo, {
-    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse })
+    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse, order = o.order })
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
   local ea = exec_args(o)
@@ -251,6 +280,13 @@ function M.run(o)
         e.first_wrong and ("; first: " .. e.first_wrong) or "")
     end
     line(e.placement == "in-place" and "exec inplace" or "exec", what)
+  end
+  if plan and not err then
+    local sim = require "resccl.sim"
+    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse }, sim.SIZE)
+    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches)"):format(
+      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro)
+      or serr)
   end
   line("result", ok and "PASS" or "FAIL")
   return ok and 0 or 1
@@ -345,6 +381,68 @@ function M.export(o)
     out:write(("wrote %s: %s, %d ranks; MSCCL TBs per rank %s (ours %s)\n"):format(o.msccl_xml, alg.collective,
       prog:info().ranks, table.concat(notes.tbs_per_rank, " "), table.concat(notes.our_tbs_per_rank, " ")))
     for _, n in ipairs(notes.lines) do out:write("note: ", n, "\n") end
+-- -------------------------------------------------------------------- sim
+
+function M.sim(o)
+  local sim = require "resccl.sim"
+  local sizes = { sim.parse_size(o.size or sim.SIZE) }
+  if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)
+  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
+  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
+  local alg, prog, topo = build(o)
+  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false,
+    channels = o.channels, tile = tile, depth = o.depth, nmicro = tonumber(o.args.nmicro),
+    trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
+  local variants = { "ours", o.baseline }
+  local results, series = {}, {}
+  for _, v in ipairs(variants) do
+    series[#series + 1] = { name = v, points = {} }
+    for _, size in ipairs(sizes) do
+      local r, err = sim.run(v, prog, topo, so, size)
+      if not r then error(err, 0) end
+      results[#results + 1] = r
+      table.insert(series[#series].points, { size = size, busbw = r.busbw_gbps })
+    end
+  end
+  local last = {} -- each variant's result at the largest size
+  for _, r in ipairs(results) do last[r.variant] = r end
+  if o.trace then sim.write_trace(o.trace, last.ours) end
+  if o.svg then
+    local what = ("%s on %s"):format(alg.name, topo:info().spec)
+    if o.sweep then sim.write_sweep(o.svg, series, what .. ": busbw vs size")
+    else sim.write_timeline(o.svg, last.ours, ("%s, %s, %s TBs, %s"):format(what, sim.fmt_size(sizes[1]),
+      last.ours.tb_policy, last.ours.order == "task" and "task-level" or "algorithm-level")) end
+  end
+  if o.json then
+    local r = report(alg, prog, topo)
+    r.sim = sim.json_result(last.ours)
+    if o.baseline then r.baseline = sim.json_result(last[o.baseline]) end
+    if o.sweep then
+      r.sweep = {}
+      for _, x in ipairs(results) do
+        r.sweep[#r.sweep + 1] = { variant = x.variant, size_bytes = x.size_bytes, time_us = x.time_us,
+          algbw_gbps = x.algbw_gbps, busbw_gbps = x.busbw_gbps, tb_busy_avg = x.tb_busy_avg,
+          tb_idle_avg = x.tb_idle_avg, tb_idle_max = x.tb_idle_max }
+      end
+    end
+    print(json(r))
+    return 0
+  end
+  local u = last.ours
+  print(("# %s (%s) on %s, %d ranks; tile %s, FIFO depth %d"):format(alg.name, prog:info().collective,
+    topo:info().spec, prog:info().ranks, sim.fmt_size(tile), u.depth))
+  for _, v in ipairs(variants) do
+    local x = last[v]
+    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s"):format(v, x.sched, x.tb_policy,
+      x.order == "task" and "task-level" or "algorithm-level", x.instances,
+      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or ""))
+  end
+  print(sim.header())
+  for _, r in ipairs(results) do print(sim.row(r)) end
+  if o.baseline then
+    local b = last[o.baseline]
+    print(("# ours / %s at %s: %.2fx busbw, %d vs %d TBs per rank"):format(o.baseline,
+      sim.fmt_size(u.size_bytes), u.busbw_gbps / b.busbw_gbps, u.tbs_per_rank_max, b.tbs_per_rank_max))
   end
   return 0
 end
@@ -363,7 +461,7 @@ function M.main(argv)
     return 0
   end
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
-  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "import" or cmd == "export") then
+  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export") then
     return usage_error(("unknown command '%s'"):format(cmd))
   end
   local ok, o = pcall(parse, argv)

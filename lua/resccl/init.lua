@@ -26,8 +26,8 @@ M.RUN_ARGS = {
   slots = true, slot_bytes = true, timeout_ms = true,
 }
 
--- Steps far before and after any the author can write: placement copies.
-local FIRST_STEP, LAST_STEP = -2147483647, 2147483647
+-- Steps before and after any the author can write: placement copies.
+local FIRST_STEP, LAST_STEP = -2147483648, 2147483647
 
 local function typeok(v, spec)
   for t in spec:gmatch "[^|]+" do
@@ -130,6 +130,10 @@ local DATA = { allgather = "output", allreduce = "output", reducescatter = "scra
 -- transfer: the input enters the data buffer (a self-copy, dropped, when the
 -- call is in-place), and for reduce-scatter the result leaves it at the end.
 function Builder:_prologue()
+  self._data = DATA[self.collective]
+  if not self._data then
+    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. self.collective, 3)
+  end
   self._paper = true
   local p, R, C = self._prog, self.ranks, self.chunks
   for r = 0, R - 1 do
@@ -151,21 +155,11 @@ end
 
 --- The paper's primitive: chunk `chunk` of the data buffer moves from src to
 --- dst at `step`; "recv" copies, "rrc" reduces into the destination.
+--- (Arguments are checked in C: large programs record millions of these.)
 function Builder:transfer(src, dst, step, chunk, kind)
-  checkint("transfer", 1, src)
-  checkint("transfer", 2, dst)
-  checkint("transfer", 3, step)
-  checkint("transfer", 4, chunk)
-  local buf = DATA[self.collective]
-  if not buf then error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " ..
-    self.collective, 2) end
-  if kind ~= "recv" and kind ~= "rrc" then
-    error(("bad argument #5 to 'transfer' (\"recv\" or \"rrc\" expected, got %s)"):format(tostring(kind)), 2)
-  end
-  if step <= FIRST_STEP or step >= LAST_STEP then error("step out of range", 2) end
   if not self._paper then self:_prologue() end
+  self._prog:transfer(src, dst, step, chunk, kind, self._data)
   self._step = step
-  self._prog:xfer(src, buf, chunk, dst, buf, chunk, 1, kind == "rrc" and "reduce" or "copy", step, 2)
 end
 
 local Ref = {}
@@ -197,24 +191,57 @@ function Builder:chunk(rank, buf, index, count)
   return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, Ref)
 end
 
---- Copy these chunks to (rank, buf, index); buf and index default to the same place.
-function Ref:copy(rank, buf, index)
+local PLACE = { sendtb = true, recvtb = true, ch = true, sendstep = true, recvstep = true }
+
+-- Manual placement, as MSCCLang's sendtb/recvtb/ch: record where the sending
+-- and receiving ranks run this transfer. Steps default to the next free step
+-- of that TB, in record order. Used by --tb manual.
+local function place(a, fn, first, n, src, dst, at)
+  if at == nil then return end
+  if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
+  for k, v in pairs(at) do
+    if not PLACE[k] then error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(k), 3) end
+    if not isint(v) or v < 0 then error(("placement %s must be a non-negative integer"):format(k), 3) end
+  end
+  if at.sendtb == nil or (src ~= dst and at.recvtb == nil) then
+    error(("placement needs sendtb%s"):format(src ~= dst and " and recvtb" or ""), 3)
+  end
+  local steps = a._tbsteps
+  local function step(rank, tb, explicit)
+    local key = rank * 65536 + tb
+    local s = explicit or steps[key] or 0
+    steps[key] = math.max(steps[key] or 0, s + 1)
+    return s
+  end
+  for i = first, first + n - 1 do
+    local ss = step(src, at.sendtb, at.sendstep)
+    local rs = src == dst and ss or step(dst, at.recvtb, at.recvstep)
+    a._prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
+  end
+end
+
+--- Copy these chunks to (rank, buf, index); buf and index default to the
+--- same place. `at` optionally places it: {sendtb=, recvtb=, ch=}.
+function Ref:copy(rank, buf, index, at)
   checkint("copy", 1, rank)
   buf = buf or self.buf
   checkbuf("copy", 2, buf)
   index = index or self.index
   checkint("copy", 3, index)
   local a = self.a
-  a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
+  local first, n = a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
+  place(a, "copy", first, n, self.rank, rank, at)
   return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, Ref)
 end
 
---- Reduce `other` into these chunks: self = self (+) other.
-function Ref:reduce(other)
+--- Reduce `other` into these chunks: self = self (+) other. `at` as for copy.
+function Ref:reduce(other, at)
   if getmetatable(other) ~= Ref then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
   if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
   local a = self.a
-  a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count, "reduce", a._step, 2)
+  local first, n = a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
+    "reduce", a._step, 2)
+  place(a, "reduce", first, n, other.rank, self.rank, at)
   return self
 end
 
@@ -247,18 +274,26 @@ local function budgeted(fn, ...)
 end
 
 
---- Resolve the topology from args: topo= wins, ranks= makes a flat node.
+--- Resolve the topology from args: topo= wins (a preset name, a topology
+--- file ending in .lua, or a Topo), ranks= makes a flat node.
 ---@return userdata topo
 function M.topology(args)
   local spec, ranks = args.topo, args.ranks
   local topo
-  if spec then
+  if type(spec) == "userdata" then
+    topo = spec
+  elseif spec and spec:match "%.lua$" then
+    topo = require("resccl.topo").load(spec)
+  elseif spec then
     local ok, t = pcall(core.topo, spec)
     if not ok then error(t, 0) end
     topo = t
+  end
+  if topo then
     local n = ranks and convert("ranks", ranks, 0)
     if n and n ~= topo:info().ranks then
-      error(("ranks=%s does not match topo=%s (%d ranks)"):format(tostring(ranks), spec, topo:info().ranks), 0)
+      error(("ranks=%s does not match topo=%s (%d ranks)"):format(tostring(ranks), topo:info().spec,
+        topo:info().ranks), 0)
     end
   else
     local n = convert("ranks", ranks or 8, 0)
@@ -300,7 +335,7 @@ function Algorithm:program(args)
   end
   local a = setmetatable({
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
-    collective = self.collective, name = self.name, _step = 0,
+    collective = self.collective, name = self.name, _step = 0, _tbsteps = {},
   }, Builder)
   if self.supports then
     local ok, why = self.supports(a)

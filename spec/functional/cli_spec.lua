@@ -109,24 +109,30 @@ describe("bad input", function()
     assert.matches("result%s+FAIL", out)
   end)
 
-  it("reports a deadlock with the TBs and primitives of the cycle", function()
-    local code, out = h.cli { "verify", "algorithms/allreduce_hm.lua", "topo=a100:2x2", "--fuse", "always" }
+  it("reports a deadlock in a hand-placed program with the TBs and primitives of the cycle", function()
+    local code, out = h.cli { "verify", "spec/fixtures/bad_deadlock.lua", "ranks=2", "--tb", "manual" }
     assert.equal(1, code)
-    assert.equal("out-of-place  algorithms/allreduce_hm.lua:31: deadlock, a cycle of 2 TBs: rank 2 tb 2 at recv " ..
-      "from rank 0 (algorithms/allreduce_hm.lua:31, micro-batch 0) waits for its tb 1 to finish rrcs; rank 2 tb 1 " ..
-      "at rrcs from rank 3 to rank 0 (algorithms/allreduce_hm.lua:17, micro-batch 0) waits for rank 2 tb 2 " ..
-      "(at recv) to move the same tile\n", out:match "^[^\n]*\n")
+    assert.equal("out-of-place  spec/fixtures/bad_deadlock.lua:10: deadlock, a cycle of 2 TBs: rank 0 tb 0 at recv " ..
+      "from rank 1 (spec/fixtures/bad_deadlock.lua:10, micro-batch 0) waits for rank 1 tb 0 to reach its send " ..
+      "(it is at recv); rank 1 tb 0 at recv from rank 0 (spec/fixtures/bad_deadlock.lua:9, micro-batch 0) waits " ..
+      "for rank 0 tb 0 to reach its send (it is at recv)\n", out:match "^[^\n]*\n")
+    -- the same transfers scheduled by resccl itself are fine
+    assert.equal(0, (h.cli { "run", "spec/fixtures/bad_deadlock.lua", "ranks=2" }))
   end)
 
-  it("reports a chunk one TB would have to move twice at once", function()
-    local code, out = h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4", "--fuse", "always" }
+  it("reports a fused chain that would need one TB in two places", function()
+    local code, _, err = h.cli { "compile", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual" }
     assert.equal(1, code)
-    assert.equal("out-of-place  algorithms/allreduce_rd.lua:28: deadlock, a cycle of 1 TB: rank 3 tb 1 at rrcs " ..
-      "from rank 1 to rank 2 (algorithms/allreduce_rd.lua:28, micro-batch 0) waits for its own later recv to " ..
-      "move the same tile\n",
-      out:match "^[^\n]*\n")
-    -- the default drops the fusion that closes the cycle, and the plan verifies
-    assert.equal(0, (h.cli { "verify", "algorithms/allreduce_rd.lua", "ranks=4" }))
+    assert.equal("resccl: spec/fixtures/fused_twice.lua:9: deadlock, a cycle of 1 TB: rank 1 tb 0 at rcs from " ..
+      "rank 0 to rank 2 (spec/fixtures/fused_twice.lua:9, micro-batch 0) waits for its own later recv to move the " ..
+      "same tile\n", err)
+  end)
+
+  it("refuses manual placement when a transfer has none", function()
+    local code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--tb", "manual" }
+    assert.equal(1, code)
+    assert.equal("resccl: algorithms/allgather_ring.lua:11: manual thread-block placement needs a sending TB and " ..
+      "step for this transfer\n", err)
   end)
 
   it("rejects unknown script arguments and bad topologies", function()
@@ -135,7 +141,7 @@ describe("bad input", function()
     assert.equal("resccl: unknown argument 'rank' for algorithm allgather_ring (it takes none)\n", err)
     code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "topo=a100:0x8" }
     assert.equal(1, code)
-    assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G or h200:2\n", err)
+    assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", err)
     code, _, err = h.cli { "run", "algorithms/allreduce_rd.lua", "ranks=6" }
     assert.equal(1, code)
     assert.matches("allreduce_rd.lua:%d+: algorithm allreduce_rd does not support nvswitch:6: needs a power", err)

@@ -153,3 +153,48 @@ describe("resccl.load", function()
     assert.matches(":1: attempt to index a nil value %(global 'os'%)", err)
   end)
 end)
+
+describe("manual placement", function()
+  -- Ring all-gather, MSCCLang style: tb 0 of every rank sends to the next
+  -- rank, tb 1 receives from the previous one; local copies on tb 2.
+  local ring = resccl.algorithm {
+    name = "ring_manual", collective = "allgather",
+    build = function(a)
+      local N = a.ranks
+      for r = 0, N - 1 do a:chunk(r, "input", 0):copy(r, "output", r, { sendtb = 2 }) end
+      for step = 0, N - 2 do
+        for r = 0, N - 1 do
+          local c = (r - step) % N
+          a:chunk(r, "output", c):copy((r + 1) % N, "output", c, { sendtb = 0, recvtb = 1 })
+        end
+      end
+    end,
+  }
+
+  it("keeps the named TBs and runs in both execution orders", function()
+    local prog, topo = ring:program { ranks = 4 }
+    for _, order in ipairs { "task", "algorithm" } do
+      local plan, err = resccl.compile(prog, topo, { tb = "manual", order = order })
+      assert.is_nil(err)
+      local rep = plan:report()
+      assert.equal("manual", rep.tb_policy)
+      assert.equal(order, rep.order)
+      assert.equal(3, rep.tbs_per_rank_max)
+      local r = assert(plan:exec { count = 515, nmicro = 3, slots = 1, slot_bytes = 16 })
+      assert.equal(0, r.wrong)
+    end
+  end)
+
+  it("checks placement keys", function()
+    local bad = resccl.algorithm {
+      name = "bad_place", collective = "allgather",
+      build = function(a) a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 0, recvbt = 1 }) end,
+    }
+    assert.matches("dsl_spec.lua:%d+: unknown placement key 'recvbt'", h.pcall_err(bad.program, bad, { ranks = 2 }))
+    bad = resccl.algorithm {
+      name = "bad_place2", collective = "allgather",
+      build = function(a) a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 0 }) end,
+    }
+    assert.matches("placement needs sendtb and recvtb", h.pcall_err(bad.program, bad, { ranks = 2 }))
+  end)
+end)

@@ -1,0 +1,98 @@
+-- resccl sim: tables, JSON, baselines, sweeps, traces, pictures, errors.
+local h = require "helper"
+local cjson = require "cjson"
+
+describe("resccl sim", function()
+  it("prints an nccl-tests-like table with the baseline and the ratio", function()
+    local code, out = h.cli { "sim", "algorithms/allgather_hm.lua", "topo=a100:2x4", "--size", "64M", "--baseline",
+      "msccl" }
+    assert.equal(0, code)
+    assert.matches("# allgather_hm %(allgather%) on a100:2x4, 8 ranks; tile 1 MiB, FIFO depth 4", out)
+    assert.matches("\n  ours +64 MiB +[%d.]+ +[%d.]+ +[%d.]+ +8 ", out)
+    assert.matches("\n  msccl +64 MiB .- +16 ", out)
+    assert.matches("# ours / msccl at 64 MiB: [%d.]+x busbw, 8 vs 16 TBs per rank", out)
+  end)
+
+  it("adds a sim object to the JSON report", function()
+    local code, out = h.cli { "sim", "algorithms/allreduce_hm.lua", "topo=a100:2x4", "--size", "32M", "--json",
+      "--baseline", "nccl" }
+    assert.equal(0, code)
+    local r = cjson.decode(out)
+    assert.equal("allreduce_hm", r.algorithm)
+    for _, k in ipairs { "size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "tb_busy_avg", "tb_idle_avg",
+      "tb_idle_max", "links", "tbs", "nmicro" } do
+      assert.is_not_nil(r.sim[k], k)
+    end
+    assert.equal(32 * 2 ^ 20, r.sim.size_bytes)
+    assert.is_true(#r.sim.links > 0 and r.sim.links[1].util > 0)
+    assert.equal("allreduce_ring", r.baseline.algorithm)
+  end)
+
+  it("sweeps sizes and draws busbw against size", function()
+    local svg = os.tmpname()
+    local code, out = h.cli { "sim", "algorithms/allgather_ring.lua", "topo=h200:2", "--sweep", "1M:8M", "--svg",
+      svg, "--json" }
+    assert.equal(0, code)
+    local r = cjson.decode(out)
+    assert.equal(4, #r.sweep)
+    for i = 2, 4 do assert.is_true(r.sweep[i].busbw_gbps >= r.sweep[i - 1].busbw_gbps) end
+    local s = h.read(svg)
+    os.remove(svg)
+    assert.matches("^<svg", s)
+    assert.matches("busbw vs size", s)
+    assert.matches("<polyline", s)
+  end)
+
+  it("writes a Chrome trace and a TB timeline", function()
+    local trace, svg = os.tmpname(), os.tmpname()
+    local code = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "4M", "--trace", trace, "--svg",
+      svg }
+    assert.equal(0, code)
+    local t = cjson.decode(h.read(trace))
+    local slices, names = 0, {}
+    for _, e in ipairs(t.traceEvents) do
+      if e.ph == "X" then slices = slices + 1 assert.is_true(e.dur >= 0) end
+      if e.ph == "M" and e.name == "process_name" then names[#names + 1] = e.args.name end
+    end
+    assert.equal(4, #names)
+    assert.is_true(slices >= 4 * 3) -- 3 steps on each of 4 ranks, at least one micro-batch each
+    local s = h.read(svg)
+    os.remove(trace)
+    os.remove(svg)
+    assert.matches("rank 3", s)
+    assert.matches(">sp0<", s)
+  end)
+
+  it("takes a topology file and meets the closed form on it", function()
+    local code, out = h.cli { "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_uniform.lua",
+      "--inplace", "--size", "64M", "nmicro=1", "--json" }
+    assert.equal(0, code)
+    local r = cjson.decode(out)
+    local want = 3 * (5 + 64 * 2 ^ 20 / (4 * 100e3))
+    assert.is_true(math.abs(r.sim.time_us - want) < 0.01 * want)
+  end)
+
+  it("names bad sizes, baselines and unreachable topologies", function()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "lots" }
+    assert.equal(1, code)
+    assert.equal("resccl: bad --size 'lots' (e.g. 256M)\n", err)
+    code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--baseline", "rccl" }
+    assert.equal(2, code)
+    assert.matches("%-%-baseline needs msccl|nccl", err)
+    code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_islands.lua" }
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures/topo_islands.lua: topology 'spec/fixtures/topo_islands.lua': ranks 0 and 4 " ..
+      "cannot reach each other (no NIC between nodes)\n", err)
+    code, _, err = h.cli { "sim", "algorithms/alltoall_direct.lua", "ranks=4", "--baseline", "nccl" }
+    assert.equal(1, code)
+    assert.matches("no NCCL ring baseline for alltoall", err)
+  end)
+end)
+
+describe("resccl run", function()
+  it("prints the simulated time and busbw", function()
+    local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=4" }
+    assert.equal(0, code)
+    assert.matches("\nsim +256 MiB on nvswitch:4: [%d.]+ us, algbw [%d.]+ GB/s, busbw [%d.]+ GB/s", out)
+  end)
+end)

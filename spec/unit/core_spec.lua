@@ -1,0 +1,152 @@
+-- src/l_program.c and src/l_plan.c: the core as Lua sees it.
+local core = require "resccl.core"
+local h = require "helper"
+
+local function ring_ag(n)
+  local p = core.program { name = "ring", collective = "allgather", ranks = n, chunks = 1, file = "ring.lua", line = 1 }
+  for r = 0, n - 1 do p:xfer(r, "input", 0, r, "output", r, 1, "copy", -1, "ring.lua:2") end
+  for s = 0, n - 2 do
+    for r = 0, n - 1 do
+      local c = (r - s) % n
+      p:xfer(r, "output", c, (r + 1) % n, "output", c, 1, "copy", s, "ring.lua:" .. (10 + s))
+    end
+  end
+  return p
+end
+
+describe("core.program", function()
+  it("validates its definition", function()
+    assert.matches("unknown collective 'gather'", h.pcall_err(core.program, { collective = "gather", ranks = 2 }))
+    assert.matches("ranks must be 1..1024, got 0", h.pcall_err(core.program, { collective = "allgather", ranks = 0 }))
+    assert.matches("program field 'chunks' must be an integer",
+      h.pcall_err(core.program, { collective = "allgather", ranks = 2, chunks = "x" }))
+  end)
+
+  it("records transfers, split at block boundaries, with their positions", function()
+    local p = core.program { name = "rs", collective = "reducescatter", ranks = 2, chunks = 2 }
+    local first, n = p:xfer(0, "input", 0, 0, "scratch", 0, 4, "copy", 0, "rs.lua:7")
+    assert.same({ 1, 2 }, { first, n }) -- input is 2 blocks of 2 chunks
+    assert.equal(2, p:info().transfers)
+    assert.equal(4, p:info().scratch)
+    assert.equal("rs.lua:9: source rank 2 out of range (program has 2 ranks)",
+      h.pcall_err(p.xfer, p, 2, "input", 0, 0, "output", 0, 1, "copy", 0, "rs.lua:9"))
+    assert.matches("operation must be copy or reduce", h.pcall_err(p.xfer, p, 0, "input", 0, 1, "output", 0, 1, "move"))
+    assert.matches("buffer must be input, output or scratch", h.pcall_err(p.xfer, p, 0, "inbox", 0, 1, "output", 0))
+    assert.matches("source and destination overlap", h.pcall_err(p.xfer, p, 0, "input", 0, 0, "input", 1, 2))
+  end)
+
+  it("stores manual placement hints", function()
+    local p = ring_ag(2)
+    p:hint(1, 0, 0, 0, 0)
+    assert.matches("no such transfer", h.pcall_err(p.hint, p, 99, 0, 0, 0, 0))
+  end)
+
+  it("prints a summary", function()
+    assert.equal("Program ring: allgather on 3 ranks, 1 chunks per block, 9 transfers", tostring(ring_ag(3)))
+  end)
+end)
+
+describe("core.topo", function()
+  it("routes transfers onto links", function()
+    local t = core.topo "a100:2x4"
+    assert.same({ "nvl:0->1" }, t:route(0, 1))
+    assert.same({ "nic0.tx", "nic2.rx" }, t:route(1, 4))
+    assert.same({}, t:route(3, 3))
+    assert.matches("rank out of range", h.pcall_err(t.route, t, 0, 8))
+    assert.equal("Topo a100:2x4: 2 nodes x 4 GPUs", tostring(t))
+  end)
+end)
+
+describe("core.compile", function()
+  local topo = core.topo_flat(4)
+
+  it("compiles, verifies and reports", function()
+    local plan, err = core.compile(ring_ag(4), topo, { sched = "hpds", tb = "state" })
+    assert.is_nil(err)
+    local r = plan:report()
+    assert.is_true(r.verified)
+    assert.equal(16, r.tasks)
+    assert.equal(3, r.subpipelines)
+    assert.equal(2, r.tbs_per_rank_max)
+    assert.same({ 2, 2, 2, 2 }, r.tbs_per_rank)
+    for _, s in ipairs { "dag", "sched", "lower", "tb", "verify" } do assert.is_number(r.stage_ms[s]) end
+    assert.matches("^Plan ring: out%-of%-place, 4 ranks, 16 tasks, 3 sub%-pipelines %(hpds%)", tostring(plan))
+  end)
+
+  it("rejects bad options and mismatched topologies", function()
+    assert.matches("bad option sched='fifo'", h.pcall_err(core.compile, ring_ag(4), topo, { sched = "fifo" }))
+    local plan, err, code = core.compile(ring_ag(4), core.topo_flat(8))
+    assert.is_nil(plan)
+    assert.equal("topology nvswitch:8 has 8 ranks, program ring has 4", err)
+    assert.equal("bad topology", code)
+  end)
+
+  it("returns the partial plan with the verifier's message", function()
+    local p = ring_ag(3)
+    p:xfer(0, "output", 1, 1, "output", 2, 1, "copy", 5, "ring.lua:40") -- overwrites rank 1's chunk 2
+    local plan, err, code = core.compile(p, core.topo_flat(3))
+    assert.equal("verification failed", code)
+    assert.equal("ring.lua:40: allgather result wrong: rank 1 output chunk 2 holds rank 1's input chunk 0, " ..
+      "expected rank 2's input chunk 0", err)
+    assert.equal("tb", plan:report().stage)
+    assert.matches("refusing to execute", h.pcall_err(plan.exec, plan))
+    assert.matches("not verified; refusing to emit", h.pcall_err(plan.emit, plan, "host"))
+  end)
+
+  it("dumps stages it reached, and only those", function()
+    local plan = core.compile(ring_ag(4), topo, { stop_after = "sched" })
+    assert.matches("^dag ring: 16 tasks, 4 chunks\n", plan:dump "dag")
+    assert.matches("^sched hpds: 3 sub%-pipelines\nsub%-pipeline 0:", plan:dump "sched")
+    assert.matches("stage tb was not reached", h.pcall_err(plan.dump, plan, "tb"))
+    assert.matches("stage must be dag, sched, lower or tb", h.pcall_err(plan.dump, plan, "emit"))
+  end)
+
+  it("emits one rank or the whole program", function()
+    local plan = core.compile(ring_ag(4), topo)
+    local one, all = plan:emit("host", 2), plan:emit "host"
+    assert.matches("RX_TB%(2, 0%)", one)
+    assert.not_matches("RX_TB%(1, 0%)", one)
+    assert.matches("RX_PROGRAM_BEGIN%(4%)", all)
+    assert.matches("no such rank", h.pcall_err(plan.emit, plan, "host", 4))
+  end)
+
+  it("exposes the schedule's sub-pipelines", function()
+    local plan = core.compile(ring_ag(4), topo)
+    local sp = plan:schedule():subpipelines()
+    assert.equal(3, #sp)
+    local n = 0
+    for _, tasks in ipairs(sp) do n = n + #tasks end
+    assert.equal(16, n)
+    assert.equal("Schedule hpds: 16 tasks in 3 sub-pipelines", tostring(plan:schedule()))
+  end)
+
+  it("executes and reports bad execution options", function()
+    local plan = core.compile(ring_ag(4), topo)
+    local r = assert(plan:exec { dtype = "i32", count = 77, nmicro = 2 })
+    assert.equal(0, r.wrong)
+    assert.matches("bad option dtype='f16'", h.pcall_err(plan.exec, plan, { dtype = "f16" }))
+    local none, err, code = plan:exec { count = 0 }
+    assert.is_nil(none)
+    assert.equal("count must be at least 1", err)
+    assert.equal("bad size", code)
+  end)
+
+  it("refuses uneven sizes a transfer between different chunk positions cannot split", function()
+    -- each rank's chunk 0 reaches the peer's scratch at position 1, then the output at position 0
+    local p = core.program { name = "shift", collective = "allgather", ranks = 2, chunks = 2, file = "s.lua" }
+    for r = 0, 1 do
+      p:xfer(r, "input", 0, r, "output", 2 * r, 2, "copy", 0, "s.lua:3")
+      p:xfer(r, "input", 0, 1 - r, "scratch", 1, 1, "copy", 1, "s.lua:4")
+      p:xfer(1 - r, "scratch", 1, 1 - r, "output", 2 * r, 1, "copy", 2, "s.lua:5")
+      p:xfer(1 - r, "scratch", 1, 1 - r, "scratch", 3, 1, "copy", 2, "s.lua:6")
+      p:xfer(r, "input", 1, 1 - r, "output", 2 * r + 1, 1, "copy", 1, "s.lua:7")
+    end
+    local plan = assert(core.compile(p, core.topo_flat(2)))
+    assert.equal(0, assert(plan:exec { count = 8, nmicro = 2 }).wrong)
+    local none, err, code = plan:exec { count = 7, nmicro = 1 }
+    assert.is_nil(none)
+    assert.equal("bad size", code)
+    assert.equal("s.lua:4: count 7 does not split evenly into 2 chunks per block, as this transfer needs " ..
+      "(input chunk 0 -> scratch chunk 1)", err)
+  end)
+end)

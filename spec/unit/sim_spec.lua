@@ -1,0 +1,125 @@
+-- src/sim.c through plan:sim, lua/resccl/sim.lua and lua/resccl/topo.lua.
+local resccl = require "resccl"
+local sim = require "resccl.sim"
+local topo = require "resccl.topo"
+local h = require "helper"
+
+local function plan(path, args, opts)
+  local p, err = resccl.plan(path, args, opts)
+  assert(p and not err, err)
+  return p
+end
+
+describe("plan:sim", function()
+  local p = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" })
+
+  it("reports time, bandwidths by nccl-tests' formulas and TB fractions", function()
+    local r = assert(p:sim { size = 64 << 20 })
+    assert.is_true(r.time_us > 0)
+    assert.near(r.size_bytes / r.time_us / 1e3, r.algbw_gbps, 1e-9)
+    assert.near(r.algbw_gbps * 7 / 8, r.busbw_gbps, 1e-9) -- all-gather: (n-1)/n
+    assert.equal(8, r.nmicro) -- 64 MiB / 8 chunks / 1 MiB tiles
+    for _, k in ipairs { "tb_busy_avg", "tb_idle_avg", "tb_idle_max", "tb_released_avg" } do
+      assert.is_true(r[k] >= 0 and r[k] <= 1, k)
+    end
+    assert.near(1, r.tb_busy_avg + r.tb_idle_avg, 1e-9)
+    for _, tb in ipairs(r.tbs) do
+      assert.near(tb.end_us, tb.busy_us + tb.idle_us, 1e-6 * r.time_us)
+      assert.is_true(tb.end_us <= r.time_us)
+    end
+    local nic = 0
+    for _, l in ipairs(r.links) do
+      assert.is_true(l.util > 0 and l.util <= 1 + 1e-9, l.name)
+      if l.name:match "^nic" then nic = nic + 1 end
+    end
+    assert.equal(8, nic) -- 2 nodes x 2 NICs x (tx, rx)
+  end)
+
+  it("uses the all-reduce factor 2(n-1)/n", function()
+    local r = assert(plan("algorithms/allreduce_ring.lua", { ranks = 4 }):sim { size = 16 << 20 })
+    assert.near(r.algbw_gbps * 1.5, r.busbw_gbps, 1e-9)
+  end)
+
+  it("keeps one slice per primitive call when tracing", function()
+    local r = assert(p:sim { size = 8 << 20, trace = true })
+    local calls = 0
+    for _, rep in ipairs { p:report() } do calls = rep.primitives * r.nmicro end
+    assert.equal(calls, #r.slices)
+    for _, s in ipairs(r.slices) do assert.is_true(s.t1 >= s.t0 and s.t0 >= 0) end
+  end)
+
+  it("runs the connection-based plan algorithm-level with instances", function()
+    local c = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" }, { tb = "conn" })
+    local one = assert(c:sim { size = 64 << 20, order = "algo" })
+    local two = assert(c:sim { size = 64 << 20, order = "algo", instances = 2 })
+    assert.equal(2 * one.tbs_per_rank_max, two.tbs_per_rank_max)
+    assert.equal("algo", two.order)
+    assert.are_not.equal(one.time_us, two.time_us)
+  end)
+
+  it("rejects bad options", function()
+    local _, err = p:sim { size = 0 }
+    assert.matches("simulation needs size > 0", err)
+    assert.matches("bad argument #1 to '%?' %(resccl.Plan expected, got table%)", h.pcall_err(p.sim, {}, {}))
+  end)
+end)
+
+describe("baselines", function()
+  it("give the MSCCL model 2 channels of connection-based TBs", function()
+    local prog, t = resccl.load("algorithms/allgather_hm.lua"):program { topo = "a100:4x8" }
+    local r = assert(sim.run("msccl", prog, t, { inplace = true }, 64 << 20))
+    assert.equal(30, r.tbs_per_rank_max) -- the paper's Table 3 MSCCL row, Topo4
+    assert.equal(2 * resccl.compile(prog, t, { tb = "conn", inplace = true }):report().tbs_per_rank_max,
+      r.tbs_per_rank_max)
+    assert.equal("conn", r.tb_policy)
+    assert.equal("algo", r.order)
+  end)
+
+  it("run NCCL's ring for the collective, channels spread over the NICs", function()
+    local prog, t = resccl.load("algorithms/allgather_hm.lua"):program { topo = "a100:2x8" }
+    local r = assert(sim.run("nccl", prog, t, {}, 64 << 20))
+    assert.equal("allgather_ring", r.algorithm)
+    assert.equal(8, r.instances) -- two rings per NIC, 4 NICs per node
+    local nics = {}
+    for _, l in ipairs(r.links) do if l.name:match "^nic%d+%.tx" then nics[#nics + 1] = l end end
+    assert.equal(8, #nics) -- every NIC carries a ring
+  end)
+end)
+
+describe("topologies", function()
+  it("document the presets' numbers", function()
+    local a = topo.params "a100:2x4"
+    assert.same({ 2, 4, 2, 240, 22.5 }, { a.nodes, a.gpn, a.gpus_per_nic, a.intra_gbps, a.nic_gbps })
+    local h2 = topo.params "h200:2"
+    assert.same({ 370, 46, 24, 8 }, { h2.intra_gbps, h2.tb_gbps, h2.tb_reduce_gbps, h2.intra_sat })
+    assert.equal(16, topo.params("dgx_h100:2").gpn * 2)
+    assert.equal(1, topo.params("ndv4:2").gpus_per_nic)
+  end)
+
+  it("build custom topologies and refuse unreachable pairs", function()
+    local t = topo.custom { base = "a100:2x4", nic_gbps = 50 }
+    assert.equal(50, t:params().nic_gbps)
+    assert.equal(8, t:info().ranks)
+    assert.matches("ranks 0 and 4 cannot reach each other %(no NIC between nodes%)",
+      h.pcall_err(topo.custom, { nodes = 2, gpn = 4, intra_gbps = 100 }))
+    assert.matches("unknown topology field 'nics'", h.pcall_err(topo.custom, { nodes = 1, gpn = 2, nics = 1 }))
+    assert.matches("unknown model 'v100'", h.pcall_err(topo.custom, { base = "v100:8" }))
+  end)
+
+  it("route intra-node transfers through switch ports", function()
+    local r = assert(plan("algorithms/allgather_allpairs.lua", { ranks = 4 }):sim { size = 64 << 20 })
+    for _, l in ipairs(r.links) do assert.matches("^gpu%d+%.[rt]x$", l.name) end
+  end)
+end)
+
+describe("sizes", function()
+  it("parse like nccl-tests and sweep powers of two", function()
+    assert.equal(256 << 20, sim.parse_size "256M")
+    assert.equal(1536, sim.parse_size "1.5K")
+    assert.equal(8, sim.parse_size "8")
+    assert.is_nil(sim.parse_size "lots")
+    assert.same({ 1 << 20, 2 << 20, 4 << 20 }, sim.parse_sweep "1M:4M")
+    assert.is_nil(sim.parse_sweep "4M:1M")
+    assert.equal("1.5 GiB", sim.fmt_size(3 << 29))
+  end)
+end)

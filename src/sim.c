@@ -1,0 +1,530 @@
+/*
+** sim.c — discrete-event timing of a compiled plan on its topology.
+**
+** In: a verified Plan (its per-TB primitive programs, connections, waits) and
+** SimOpts (buffer size, tile size, FIFO depth, execution order, instances).
+** Out: the collective's time, algbw and busbw, per-TB busy / idle / finish
+** times, per-link bytes and activity, and optionally one slice per call.
+**
+** The model. A primitive call moves one tile: cnt chunks / micro-batches /
+** instances. A call starts when its waits are met (another primitive of the
+** rank finished the same micro-batch), its input tile has arrived on its
+** connection, and its output
+** connection has a free FIFO slot (depth tiles). It then costs the TB:
+**   - alpha, the startup of a transfer, for every call that pushes data or
+**     works locally (a pure receive only drains what its sender pushed);
+**   - pushing calls (send, cs, rcs, rrcs): a flow of the tile's bytes over
+**     the route's physical links (topo_path); the tile arrives after the
+**     route's latency;
+**   - receiving and local calls (recv, rrc, copy, reduce): a local pass over
+**     the tile at the TB's rate. A receive that was already waiting when its
+**     tile started to flow streams it as it arrives: it ends at the later of
+**     the arrival and the flow's start plus its own pass.
+** A TB moves at most tb_gbps (tb_reduce_gbps when it reduces). A link's
+** bandwidth is shared max-min fairly among its flows, each capped by its TB;
+** when z = flows / (TBs that saturate the link) exceeds 1 the link delivers
+** bandwidth / (1 + gamma log2 z) in all: the paper's §3 contention penalty
+** L(z) for driving one link with more TBs than it needs. A flow runs at the
+** smallest of its TB's rate and its links' shares (a one-level max-min).
+**
+** Busy time is alpha plus data movement; idle time is time blocked. A TB
+** lives from 0 to the end of its last call; afterwards it is released.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+enum { EV_STEP, EV_FLOW, EV_ARRIVE };
+enum { TS_BLOCKED, TS_ALPHA, TS_FLOW, TS_LOCAL, TS_DONE };
+
+typedef struct {
+  double t;
+  long seq;
+  int kind, id;
+  unsigned ver;
+} Ev;
+
+typedef struct {
+  const Plan *pl;
+  const Topo *tp;
+  SimOpts o;
+  int K, M, NP, NT, NC;          /* instances, micro-batches, prims, TBs and connections per instance */
+  double chunk_bytes;            /* one chunk of one instance */
+  int *ord, *ntask;              /* per task: index among its connection's tasks; per connection: count */
+  int *done;                     /* per prim (K*NP): micro-batches finished */
+  int *arrived, *sent, *popped;  /* per connection (K*NC), in tiles */
+  double *tsent;                 /* per connection and FIFO slot: when the tile in it started to flow */
+  /* per TB (K*NT) */
+  int *cur, *mb, *next;
+  char *state;
+  double *since, *t0, *busy, *idle, *end;
+  int *head;                     /* waiters per resource: prim, connection data, connection space */
+  /* flows: at most one per TB, indexed by TB */
+  double *rem, *rate, *tlast, *cap, *fbytes;
+  unsigned *ver;
+  int *path, *npath, *lpos;      /* per TB: up to TOPO_MAXHOP links, position in each link's list */
+  /* links, by topology id */
+  int nl;
+  char *lseen;
+  double *bw, *lat, *sat, *gamma, *share, *lbytes, *lactive, *lsince;
+  int **lflows, *nlf, *caplf;
+  int *stamp, stampv;
+  int *dirty, ndirty, capdirty;  /* links whose flows changed at the current time */
+  char *isdirty;
+  /* events */
+  Ev *heap;
+  int nheap, capheap;
+  long seq, events;
+  int *runq, nrun, caprun;
+  SimSlice *slice;
+  int nslice, capslice;
+  int finished;
+} Sim;
+
+/* ------------------------------------------------------------------ heap */
+
+static int ev_before(const Ev *a, const Ev *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+
+static void ev_push(Sim *s, double t, int kind, int id, unsigned ver) {
+  if (s->nheap == s->capheap) {
+    s->capheap = s->capheap ? 2 * s->capheap : 1024;
+    s->heap = xrealloc(s->heap, (size_t)s->capheap * sizeof *s->heap);
+  }
+  int i = s->nheap++;
+  Ev ev = {t, s->seq++, kind, id, ver};
+  while (i > 0 && ev_before(&ev, &s->heap[(i - 1) / 2])) s->heap[i] = s->heap[(i - 1) / 2], i = (i - 1) / 2;
+  s->heap[i] = ev;
+}
+
+static Ev ev_pop(Sim *s) {
+  Ev top = s->heap[0], last = s->heap[--s->nheap];
+  int i = 0;
+  for (;;) {
+    int l = 2 * i + 1, m = i;
+    const Ev *best = &last;
+    if (l < s->nheap && ev_before(&s->heap[l], best)) m = l, best = &s->heap[l];
+    if (l + 1 < s->nheap && ev_before(&s->heap[l + 1], best)) m = l + 1;
+    if (m == i) break;
+    s->heap[i] = s->heap[m], i = m;
+  }
+  if (s->nheap > 0) s->heap[i] = last;
+  return top;
+}
+
+/* ----------------------------------------------------------------- links */
+
+#define INF 1e300
+
+static void link_touch(Sim *s, int l) {
+  if (s->lseen[l]) return;
+  Link k;
+  topo_link(s->tp, l, &k);
+  s->lseen[l] = 1;
+  s->bw[l] = k.gbps * 1e3; /* bytes per us */
+  s->lat[l] = k.lat_us;
+  s->gamma[l] = k.gamma;
+  s->sat[l] = k.sat > 0 ? k.sat : s->tp->tb_gbps > 0 ? k.gbps / s->tp->tb_gbps : 0;
+  s->share[l] = INF;
+}
+
+static int dbl_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/*
+** Water level of link l: every flow capped below it keeps its cap, the rest
+** split what is left equally. The penalty shrinks the total first.
+*/
+static void link_share(Sim *s, int l) {
+  int n = s->nlf[l];
+  if (n == 0) {
+    s->share[l] = INF;
+    return;
+  }
+  double total = s->bw[l];
+  if (s->sat[l] > 0 && s->gamma[l] > 0 && n > s->sat[l]) total /= 1 + s->gamma[l] * log2(n / s->sat[l]);
+  double caps[64], *c = n <= 64 ? caps : xmalloc((size_t)n * sizeof *c);
+  for (int i = 0; i < n; i++) c[i] = s->cap[s->lflows[l][i]];
+  qsort(c, (size_t)n, sizeof *c, dbl_cmp);
+  double level = INF;
+  for (int i = 0; i < n; i++) {
+    if (c[i] * (n - i) <= total) {
+      total -= c[i];
+      continue;
+    }
+    level = total / (n - i);
+    break;
+  }
+  if (c != caps) free(c);
+  s->share[l] = level;
+}
+
+/*
+** Settle every flow on the dirty links at its old rate and give it a new one.
+** Run once per instant, after every start and end at that instant, so k flows
+** starting together on a link cost one pass, not k.
+*/
+static void reshare(Sim *s, double now) {
+  const int *links = s->dirty;
+  int nlinks = s->ndirty;
+  s->stampv++;
+  for (int h = 0; h < nlinks; h++) link_share(s, links[h]);
+  for (int h = 0; h < nlinks; h++) {
+    int l = links[h];
+    for (int i = 0; i < s->nlf[l]; i++) {
+      int f = s->lflows[l][i];
+      if (s->stamp[f] == s->stampv) continue;
+      s->stamp[f] = s->stampv;
+      s->rem[f] -= s->rate[f] * (now - s->tlast[f]);
+      if (s->rem[f] < 0) s->rem[f] = 0;
+      s->tlast[f] = now;
+      double r = s->cap[f];
+      for (int k = 0; k < s->npath[f]; k++)
+        if (s->share[s->path[f * TOPO_MAXHOP + k]] < r) r = s->share[s->path[f * TOPO_MAXHOP + k]];
+      if (r == s->rate[f]) continue; /* its completion event still holds */
+      s->rate[f] = r;
+      s->ver[f]++;
+      ev_push(s, r >= INF ? now : now + s->rem[f] / r, EV_FLOW, f, s->ver[f]);
+    }
+  }
+  for (int h = 0; h < nlinks; h++) s->isdirty[links[h]] = 0;
+  s->ndirty = 0;
+}
+
+static void mark(Sim *s, int l) {
+  if (s->isdirty[l]) return;
+  s->isdirty[l] = 1;
+  VEC_PUSH(s->dirty, s->ndirty, s->capdirty, l);
+}
+
+static void flow_start(Sim *s, int f, int src, int dst, double bytes, double cap, double now) {
+  int *p = s->path + f * TOPO_MAXHOP;
+  s->npath[f] = topo_path(s->tp, src, dst, p);
+  s->rem[f] = s->fbytes[f] = bytes;
+  s->rate[f] = 0;
+  s->tlast[f] = now;
+  s->cap[f] = cap > 0 ? cap * 1e3 : INF;
+  for (int k = 0; k < s->npath[f]; k++) {
+    int l = p[k];
+    link_touch(s, l);
+    if (s->nlf[l] == 0) s->lsince[l] = now;
+    s->lpos[f * TOPO_MAXHOP + k] = s->nlf[l];
+    VEC_PUSH(s->lflows[l], s->nlf[l], s->caplf[l], f);
+    mark(s, l);
+  }
+}
+
+/* Take flow f off its links; returns the route's latency. */
+static double flow_end(Sim *s, int f, double now) {
+  const int *p = s->path + f * TOPO_MAXHOP;
+  double lat = 0;
+  for (int k = 0; k < s->npath[f]; k++) {
+    int l = p[k], i = s->lpos[f * TOPO_MAXHOP + k], g = s->lflows[l][--s->nlf[l]];
+    s->lflows[l][i] = g; /* swap the last flow into the hole */
+    for (int j = 0; j < s->npath[g]; j++)
+      if (s->path[g * TOPO_MAXHOP + j] == l) s->lpos[g * TOPO_MAXHOP + j] = i;
+    s->lbytes[l] += s->fbytes[f];
+    if (s->nlf[l] == 0) s->lactive[l] += now - s->lsince[l];
+    if (s->lat[l] > lat) lat = s->lat[l];
+    mark(s, l);
+  }
+  s->ver[f]++;
+  return lat;
+}
+
+/* ----------------------------------------------------------------- TBs */
+
+static const Prim *tb_prim(const Sim *s, int g) {
+  int b = g % s->NT;
+  return &s->pl->p[s->pl->tb_prims[s->pl->tb_off[b] + s->cur[g]]];
+}
+
+static int tb_len(const Sim *s, int g) {
+  int b = g % s->NT;
+  return s->pl->tb_off[b + 1] - s->pl->tb_off[b];
+}
+
+/* Which tile of its connection a task's micro-batch m is. */
+static int tile_index(const Sim *s, int task, int conn, int m) {
+  return s->o.order == EX_TASK ? s->ord[task] * s->M + m : m * s->ntask[conn] + s->ord[task];
+}
+
+static double tile_bytes(const Sim *s, const Prim *p) {
+  int t = p->tin >= 0 ? p->tin : p->tout;
+  return s->pl->dag.t[t].cnt * s->chunk_bytes / s->M;
+}
+
+/* Physical rank of a plan rank in instance k. */
+static int rot(const Sim *s, int k, int r) {
+  if (!s->o.rotate || k == 0) return r;
+  int g = s->tp->gpn;
+  return r / g * g + (r % g + k * s->tp->gpus_per_nic) % g;
+}
+
+static int is_reduce(int kind) { return kind == PR_RRC || kind == PR_RRCS || kind == PR_REDUCE; }
+
+static double tb_rate(const Sim *s, int kind) {
+  double r = is_reduce(kind) ? s->tp->tb_reduce_gbps : s->tp->tb_gbps;
+  return r * (1 - s->o.slowdown);
+}
+
+static void block(Sim *s, int g, int res) {
+  s->next[g] = s->head[res];
+  s->head[res] = g;
+}
+
+static void wake(Sim *s, int res) {
+  for (int g = s->head[res]; g >= 0; g = s->next[g]) VEC_PUSH(s->runq, s->nrun, s->caprun, g);
+  s->head[res] = -1;
+}
+
+/* Resource ids: prim k*NP+p; connection data K*NP + c; connection space K*NP + K*NC + c. */
+static void tb_data(Sim *s, int g, double now);
+
+static void tb_try(Sim *s, int g, double now) {
+  if (s->state[g] != TS_BLOCKED) return;
+  if (s->cur[g] >= tb_len(s, g)) return;
+  const Plan *pl = s->pl;
+  const Prim *p = tb_prim(s, g);
+  int k = g / s->NT, m = s->mb[g];
+  for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++) {
+    int q = k * s->NP + pl->wait[j];
+    if (s->done[q] < m + 1) return block(s, g, q);
+  }
+  if (p->cin >= 0) {
+    int c = k * s->NC + p->cin;
+    if (s->arrived[c] <= tile_index(s, p->tin, p->cin, m)) return block(s, g, s->K * s->NP + c);
+  }
+  if (p->cout >= 0) {
+    int c = k * s->NC + p->cout;
+    if (s->sent[c] - s->popped[c] >= s->o.depth) return block(s, g, s->K * s->NP + s->K * s->NC + c);
+  }
+  s->idle[g] += now - s->since[g];
+  s->t0[g] = now;
+  if (p->cin >= 0 && p->cout < 0) return tb_data(s, g, now); /* a pure receive has no startup */
+  s->state[g] = TS_ALPHA;
+  ev_push(s, now + s->tp->alpha_us, EV_STEP, g, 0);
+}
+
+/* After the startup: push the tile, or work on it locally. */
+static void tb_data(Sim *s, int g, double now) {
+  const Prim *p = tb_prim(s, g);
+  int k = g / s->NT;
+  double bytes = tile_bytes(s, p), rate = tb_rate(s, p->kind);
+  if (p->cout >= 0) {
+    int c = k * s->NC + p->cout;
+    s->tsent[(size_t)c * s->o.depth + s->sent[c]++ % s->o.depth] = now;
+    const Conn *cn = &s->pl->conn[p->cout];
+    s->state[g] = TS_FLOW;
+    flow_start(s, g, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
+  } else {
+    double from = now, pass = rate > 0 ? bytes / (rate * 1e3) : 0;
+    if (p->cin >= 0) { /* streamed from when both the tile flowed and the TB waited */
+      int c = k * s->NC + p->cin;
+      double fs = s->tsent[(size_t)c * s->o.depth + tile_index(s, p->tin, p->cin, s->mb[g]) % s->o.depth];
+      from = fs > s->since[g] ? fs : s->since[g];
+      s->idle[g] -= now - from;
+      s->t0[g] = from;
+    }
+    s->state[g] = TS_LOCAL;
+    ev_push(s, from + pass > now ? from + pass : now, EV_STEP, g, 0);
+  }
+}
+
+/* A call finished: free its input slot, count the micro-batch, move on. */
+static void tb_finish(Sim *s, int g, double now) {
+  const Prim *p = tb_prim(s, g);
+  int k = g / s->NT, pi = (int)(p - s->pl->p);
+  s->busy[g] += now - s->t0[g];
+  if (s->o.trace) {
+    SimSlice sl = {g, pi, s->mb[g], s->t0[g], now};
+    VEC_PUSH(s->slice, s->nslice, s->capslice, sl);
+  }
+  if (p->cin >= 0) {
+    int c = k * s->NC + p->cin;
+    s->popped[c]++;
+    wake(s, s->K * s->NP + s->K * s->NC + c);
+  }
+  s->done[k * s->NP + pi]++;
+  wake(s, k * s->NP + pi);
+  if (s->o.order == EX_TASK) {
+    if (++s->mb[g] == s->M) s->mb[g] = 0, s->cur[g]++;
+  } else if (++s->cur[g] == tb_len(s, g)) {
+    s->cur[g] = 0;
+    if (++s->mb[g] == s->M) s->cur[g] = tb_len(s, g);
+  }
+  s->since[g] = now;
+  if (s->cur[g] >= tb_len(s, g)) {
+    s->state[g] = TS_DONE;
+    s->end[g] = now;
+    s->finished++;
+    return;
+  }
+  s->state[g] = TS_BLOCKED;
+  tb_try(s, g, now);
+}
+
+/* ------------------------------------------------------------------ run */
+
+double coll_busbw_factor(Coll c, int n) {
+  if (n < 2) return 1;
+  return c == COLL_ALLREDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+}
+
+/* Describe a TB that never finished, for the stall error. */
+static rcStatus stalled(const Sim *s, Err *e) {
+  int g = 0;
+  while (s->state[g] == TS_DONE) g++;
+  const Prim *p = tb_prim(s, g);
+  char at[300];
+  plan_task_where(s->pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
+  return err_set(e, RC_EDEADLOCK,
+                 "%s: simulation stalled (%s execution, FIFO depth %d): rank %d tb %d at %s, micro-batch %d, "
+                 "never becomes ready",
+                 at, s->o.order == EX_TASK ? "task-level" : "algorithm-level", s->o.depth, p->rank,
+                 g / s->NT * s->pl->ntb[p->rank] + p->tb, prim_name(p->kind), s->mb[g]);
+}
+
+static void sim_free_state(Sim *s) {
+  free(s->ord), free(s->ntask), free(s->done), free(s->arrived), free(s->sent), free(s->popped), free(s->tsent);
+  free(s->cur), free(s->mb), free(s->next), free(s->state), free(s->since), free(s->t0), free(s->busy);
+  free(s->idle), free(s->end), free(s->head), free(s->rem), free(s->rate), free(s->tlast), free(s->cap);
+  free(s->fbytes), free(s->ver), free(s->path), free(s->npath), free(s->lpos), free(s->lseen), free(s->bw);
+  free(s->lat), free(s->sat), free(s->gamma), free(s->share), free(s->lbytes), free(s->lactive), free(s->lsince);
+  for (int l = 0; s->lflows && l < s->nl; l++) free(s->lflows[l]);
+  free(s->lflows), free(s->nlf), free(s->caplf), free(s->stamp), free(s->heap), free(s->runq);
+  free(s->dirty), free(s->isdirty);
+}
+
+static void collect(Sim *s, SimResult *r) {
+  const Plan *pl = s->pl;
+  int R = pl->prog->nranks, NG = s->K * s->NT;
+  double T = 0;
+  for (int g = 0; g < NG; g++)
+    if (s->end[g] > T) T = s->end[g];
+  r->time_us = T;
+  r->algbw = T > 0 ? s->o.size / T / 1e3 : 0;
+  r->busbw = r->algbw * coll_busbw_factor(pl->prog->coll, R);
+  r->tbs_per_rank_max = s->K * plan_tbs_max(pl);
+  r->ntb = NG;
+  r->tb = xmalloc(((size_t)NG + 1) * sizeof *r->tb);
+  double sb = 0, si = 0, sr = 0;
+  r->idle_max = 0;
+  for (int g = 0; g < NG; g++) {
+    int b = g % s->NT, k = g / s->NT, rank = 0;
+    while (rank + 1 < R && pl->tb_base[rank + 1] <= b) rank++;
+    SimTb *t = &r->tb[g];
+    t->rank = rank, t->tb = k * pl->ntb[rank] + (b - pl->tb_base[rank]);
+    t->busy = s->busy[g], t->idle = s->idle[g], t->end = s->end[g];
+    double life = t->end > 0 ? t->end : 1, idle = t->idle / life;
+    sb += t->busy / life, si += idle, sr += T > 0 ? (T - t->end) / T : 0;
+    if (idle > r->idle_max) r->idle_max = idle;
+  }
+  r->busy_avg = NG ? sb / NG : 0, r->idle_avg = NG ? si / NG : 0, r->released_avg = NG ? sr / NG : 0;
+  int capl = 0;
+  for (int l = 0; l < s->nl; l++)
+    if (s->lseen[l]) VEC_PUSH(r->link, r->nlink, capl, ((SimLink){l, s->lbytes[l], s->lactive[l]}));
+  r->slice = s->slice, r->nslice = s->nslice;
+  s->slice = NULL;
+  r->events = s->events;
+}
+
+rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
+  memset(r, 0, sizeof *r);
+  if (!pl->verified) return err_set(e, RC_EINVAL, "the plan is not verified; refusing to simulate it");
+  if (!(o->size > 0) || o->depth < 1 || o->instances < 1 || o->nmicro < 0 || (o->nmicro == 0 && !(o->tile > 0)) ||
+      o->slowdown < 0 || o->slowdown >= 1)
+    return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
+                                 "slowdown in [0, 1)");
+  const Program *prog = pl->prog;
+  Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
+  double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;
+  s.chunk_bytes = block / prog->chunks / s.K;
+  s.M = o->nmicro > 0 ? o->nmicro : (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
+  if (s.chunk_bytes / s.M < 1) return err_set(e, RC_ESIZE, "size %.0f bytes is too small for %d micro-batches of "
+                                                           "%d chunks", o->size, s.M, prog->chunks);
+  int K = s.K, NG = K * s.NT, NCK = K * s.NC, NPK = K * s.NP;
+  s.ord = xmalloc(((size_t)pl->dag.n + 1) * sizeof(int));
+  s.ntask = xcalloc((size_t)s.NC + 1, sizeof(int));
+  for (int i = 0; i < pl->dag.n; i++) {
+    int t = pl->sched.order[i];
+    if (pl->dag.t[t].src == pl->dag.t[t].dst) continue;
+    int c = pl->p[pl->task_recv[t]].cin; /* the receiving primitive always carries t in */
+    s.ord[t] = s.ntask[c]++;
+  }
+  s.done = xcalloc((size_t)NPK + 1, sizeof(int));
+  s.arrived = xcalloc((size_t)NCK + 1, sizeof(int));
+  s.sent = xcalloc((size_t)NCK + 1, sizeof(int));
+  s.popped = xcalloc((size_t)NCK + 1, sizeof(int));
+  s.tsent = xcalloc(((size_t)NCK + 1) * (size_t)o->depth, sizeof(double));
+  s.cur = xcalloc((size_t)NG + 1, sizeof(int));
+  s.mb = xcalloc((size_t)NG + 1, sizeof(int));
+  s.next = xcalloc((size_t)NG + 1, sizeof(int));
+  s.state = xcalloc((size_t)NG + 1, 1);
+  s.since = xcalloc((size_t)NG + 1, sizeof(double));
+  s.t0 = xcalloc((size_t)NG + 1, sizeof(double));
+  s.busy = xcalloc((size_t)NG + 1, sizeof(double));
+  s.idle = xcalloc((size_t)NG + 1, sizeof(double));
+  s.end = xcalloc((size_t)NG + 1, sizeof(double));
+  int nres = NPK + 2 * NCK;
+  s.head = xmalloc(((size_t)nres + 1) * sizeof(int));
+  memset(s.head, 0xff, ((size_t)nres + 1) * sizeof(int));
+  s.rem = xcalloc((size_t)NG + 1, sizeof(double));
+  s.rate = xcalloc((size_t)NG + 1, sizeof(double));
+  s.tlast = xcalloc((size_t)NG + 1, sizeof(double));
+  s.cap = xcalloc((size_t)NG + 1, sizeof(double));
+  s.fbytes = xcalloc((size_t)NG + 1, sizeof(double));
+  s.ver = xcalloc((size_t)NG + 1, sizeof(unsigned));
+  s.path = xcalloc(((size_t)NG + 1) * TOPO_MAXHOP, sizeof(int));
+  s.npath = xcalloc((size_t)NG + 1, sizeof(int));
+  s.lpos = xcalloc(((size_t)NG + 1) * TOPO_MAXHOP, sizeof(int));
+  s.stamp = xcalloc((size_t)NG + 1, sizeof(int));
+  s.nl = pl->topo->nlinks;
+  s.lseen = xcalloc((size_t)s.nl + 1, 1);
+  s.isdirty = xcalloc((size_t)s.nl + 1, 1);
+  double **dl[] = {&s.bw, &s.lat, &s.sat, &s.gamma, &s.share, &s.lbytes, &s.lactive, &s.lsince};
+  for (size_t i = 0; i < sizeof dl / sizeof *dl; i++) *dl[i] = xcalloc((size_t)s.nl + 1, sizeof(double));
+  s.lflows = xcalloc((size_t)s.nl + 1, sizeof(int *));
+  s.nlf = xcalloc((size_t)s.nl + 1, sizeof(int));
+  s.caplf = xcalloc((size_t)s.nl + 1, sizeof(int));
+
+  for (int g = 0; g < NG; g++) tb_try(&s, g, 0);
+  for (double now = 0;;) {
+    if (s.ndirty && (s.nheap == 0 || s.heap[0].t > now)) reshare(&s, now);
+    if (s.nheap == 0) break;
+    Ev ev = ev_pop(&s);
+    now = ev.t;
+    s.events++;
+    int g = ev.id;
+    if (ev.kind == EV_FLOW) {
+      if (ev.ver != s.ver[g]) continue; /* the flow's rate changed since */
+      const Prim *p = tb_prim(&s, g);
+      double lat = flow_end(&s, g, ev.t);
+      ev_push(&s, ev.t + lat, EV_ARRIVE, g / s.NT * s.NC + p->cout, 0);
+      tb_finish(&s, g, ev.t);
+    } else if (ev.kind == EV_ARRIVE) {
+      s.arrived[ev.id]++;
+      wake(&s, NPK + ev.id);
+    } else if (s.state[g] == TS_ALPHA) {
+      tb_data(&s, g, ev.t);
+    } else {
+      tb_finish(&s, g, ev.t);
+    }
+    while (s.nrun > 0) tb_try(&s, s.runq[--s.nrun], ev.t);
+  }
+  rcStatus rc = s.finished == NG ? RC_OK : stalled(&s, e);
+  if (rc == RC_OK) collect(&s, r);
+  sim_free_state(&s);
+  free(s.slice);
+  r->nmicro = s.M;
+  r->tile_bytes = s.chunk_bytes / s.M;
+  return rc;
+}
+
+void sim_free(SimResult *r) {
+  free(r->tb), free(r->link), free(r->slice);
+  memset(r, 0, sizeof *r);
+}
