@@ -182,10 +182,11 @@ static int l_plan_exec(lua_State *L) {
 /*
 ** plan:tbs() -> { [rank+1] = { [tb+1] = { prim, ... } } }, read-only: every
 ** TB's primitives in program order, each a table
-**   { id, kind, send_peer, recv_peer, rbuf, ridx, wbuf, widx, cnt,
+**   { id, kind, send_peer, recv_peer, rbuf, ridx, ubuf, uidx, wbuf, widx, cnt,
 **     waits = { id, ... }, flag, slot, pos }
 ** with id the primitive's plan-wide index (from 0), peers -1 when absent and
-** waits the primitives of the same rank it waits for. For exporters.
+** waits the primitives of the same rank it waits for: it reads (rbuf, ridx),
+** reduces with the operand (ubuf, uidx), writes (wbuf, widx). For exporters.
 */
 static int l_plan_tbs(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
@@ -207,6 +208,8 @@ static int l_plan_tbs(lua_State *L) {
         setint(L, "recv_peer", q->cin >= 0 ? pl->conn[q->cin].src : -1);
         lua_pushstring(L, buf_name(q->rbuf)), lua_setfield(L, -2, "rbuf");
         setint(L, "ridx", q->ridx);
+        lua_pushstring(L, buf_name(q->ubuf)), lua_setfield(L, -2, "ubuf");
+        setint(L, "uidx", q->uidx);
         lua_pushstring(L, buf_name(q->wbuf)), lua_setfield(L, -2, "wbuf");
         setint(L, "widx", q->widx);
         setint(L, "cnt", q->cnt);

@@ -90,6 +90,16 @@ function M.write(plan, prog, opts)
       end
       for _, q in ipairs(prims) do
         local shapes = SHAPE[q.kind]
+        -- Reductions: MSCCL's rrc/rrcs write dst = src (+) received, so the
+        -- operand is their source; its re writes dst = dst (+) src, so an
+        -- operand other than the destination is first copied there (or, when
+        -- the read chunk is the destination, becomes re's source).
+        local src = { q.rbuf, q.ridx }
+        if q.kind == "rrc" or q.kind == "rrcs" then src = { q.ubuf, q.uidx } end
+        if q.kind == "reduce" and not (q.ubuf == q.wbuf and q.uidx == q.widx) then
+          if q.rbuf == q.wbuf and q.ridx == q.widx then src = { q.ubuf, q.uidx }
+          else shapes = { { "cpy", false, false, "operand", true }, SHAPE.reduce[1] } end
+        end
         local t = place(shapes[1][2] and q.send_peer or (shapes[2] and shapes[2][2] and q.send_peer) or -1,
           shapes[1][3] and q.recv_peer or -1)
         local parts -- { { tb, shape } ... }
@@ -106,16 +116,17 @@ function M.write(plan, prog, opts)
         local first = true
         for _, p in ipairs(parts) do
           local tb, sh = p[1], p[2]
-          local src = { q.rbuf, q.ridx }
+          local from = src
           local dst = { q.wbuf, q.widx }
-          if sh[1] == "s" and not sh[4] then src = dst end -- sending what was just written
+          if sh[1] == "s" and not sh[4] then from = dst end -- sending what was just written
+          if sh[4] == "operand" then from = { q.ubuf, q.uidx } end
           local left, off = q.cnt, 0
           while left > 0 do
             local n = math.min(left, MAX_COUNT)
             if n < q.cnt then ncnt = ncnt + 1 end
             local st = {
               type = sh[1], tb = tb, cnt = n, prim = q.id,
-              srcbuf = BUF[src[1]], srcoff = src[2] + off, dstbuf = BUF[dst[1]], dstoff = dst[2] + off, deps = {},
+              srcbuf = BUF[from[1]], srcoff = from[2] + off, dstbuf = BUF[dst[1]], dstoff = dst[2] + off, deps = {},
             }
             if sh[1] == "s" then st.dstbuf, st.dstoff = st.srcbuf, st.srcoff end
             if sh[1] == "r" or sh[1] == "rcs" then st.srcbuf, st.srcoff = st.dstbuf, st.dstoff end

@@ -136,10 +136,20 @@ function M.algorithm(imp)
     build = function(a)
       local prog = a:program()
       for _, x in ipairs(imp.xfers) do
-        local i = prog:xfer(x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.cnt, x.op, x.step,
+        local first, n = prog:xfer(x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.cnt, x.op, x.step,
           ("%s:%d"):format(imp.path, x.line or 0))
         local h = x.hint
-        if h then prog:hint(i, h[1], h[2], h[3], h[4], h[5]) end
+        if not h and imp.file_tbs then
+          -- A placement copy the file does not have (it is in-place only):
+          -- one extra TB per rank runs them, input first, output last.
+          local tb = imp.file_tbs[x.src + 1]
+          h = { tb, x.step < 0 and 0 or 1, tb, x.step < 0 and 0 or 1, -1 }
+        end
+        -- A transfer that spans blocks is recorded as one per block; every
+        -- piece keeps the file's TB and step (pipeline order breaks the tie).
+        for i = first, first + (n or 1) - 1 do
+          if h then prog:hint(i, h[1], h[2], h[3], h[4], h[5]) end
+        end
       end
     end,
   }
