@@ -12,7 +12,10 @@
 --     file_tbs = { TBs of rank 0, ... } or nil, warnings = { "file:line: ...", ... }, details = {...} }
 -- Transfers are in an order that respects the file's dependencies; `step`
 -- never decreases along it, so the core's (step, record order) sort keeps it.
--- `hint` = { send_tb, send_step, recv_tb, recv_step, channel } from the file.
+-- `hint` = { send_tb, send_step, recv_tb, recv_step, channel } from the file
+-- (a receive and the send it feeds share a TB and step: a fused step, such as
+-- rcs); M.algorithm records it with prog:hint, so `--tb manual` runs the
+-- file's own TBs, and puts placement copies the file lacks on one extra TB.
 local resccl = require "resccl"
 
 local M = {}
