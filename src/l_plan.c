@@ -158,6 +158,55 @@ static int l_plan_exec(lua_State *L) {
   return 1;
 }
 
+/*
+** plan:tbs() -> { [rank+1] = { [tb+1] = { prim, ... } } }, read-only: every
+** TB's primitives in program order, each a table
+**   { id, kind, send_peer, recv_peer, rbuf, ridx, ubuf, uidx, wbuf, widx, cnt,
+**     waits = { id, ... }, flag, slot, pos }
+** with id the primitive's plan-wide index (from 0), peers -1 when absent and
+** waits the primitives of the same rank it waits for: it reads (rbuf, ridx),
+** reduces with the operand (ubuf, uidx), writes (wbuf, widx). For exporters.
+*/
+static int l_plan_tbs(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  if (pl->reached <= ST_TB) return luaL_error(L, "plan has no TB allocation (stage tb was not reached)");
+  int R = pl->prog->nranks;
+  lua_createtable(L, R, 0); /* stack: plan, ranks */
+  for (int r = 0; r < R; r++) {
+    lua_createtable(L, pl->ntb[r], 0); /* stack: plan, ranks, tbs */
+    for (int b = 0; b < pl->ntb[r]; b++) {
+      int g = pl->tb_base[r] + b, lo = pl->tb_off[g], hi = pl->tb_off[g + 1];
+      lua_createtable(L, hi - lo, 0); /* stack: plan, ranks, tbs, prims */
+      for (int k = lo; k < hi; k++) {
+        int id = pl->tb_prims[k];
+        const Prim *q = &pl->p[id];
+        lua_createtable(L, 0, 14); /* stack: plan, ranks, tbs, prims, prim */
+        setint(L, "id", id);
+        lua_pushstring(L, prim_name(q->kind)), lua_setfield(L, -2, "kind");
+        setint(L, "send_peer", q->cout >= 0 ? pl->conn[q->cout].dst : -1);
+        setint(L, "recv_peer", q->cin >= 0 ? pl->conn[q->cin].src : -1);
+        lua_pushstring(L, buf_name(q->rbuf)), lua_setfield(L, -2, "rbuf");
+        setint(L, "ridx", q->ridx);
+        lua_pushstring(L, buf_name(q->ubuf)), lua_setfield(L, -2, "ubuf");
+        setint(L, "uidx", q->uidx);
+        lua_pushstring(L, buf_name(q->wbuf)), lua_setfield(L, -2, "wbuf");
+        setint(L, "widx", q->widx);
+        setint(L, "cnt", q->cnt);
+        setint(L, "flag", q->flag);
+        setint(L, "slot", q->slot);
+        setint(L, "pos", q->pos);
+        lua_createtable(L, q->nwaits, 0);
+        for (int w = 0; w < q->nwaits; w++) lua_pushinteger(L, pl->wait[q->wait_off + w]), lua_rawseti(L, -2, w + 1);
+        lua_setfield(L, -2, "waits");
+        lua_rawseti(L, -2, k - lo + 1);
+      }
+      lua_rawseti(L, -2, b + 1);
+    }
+    lua_rawseti(L, -2, r + 1);
+  }
+  return 1;
+}
+
 static int l_plan_tostring(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
@@ -229,7 +278,8 @@ void l_plan_open(lua_State *L) {
   static const luaL_Reg meta[] = {{"__tostring", l_plan_tostring}, {"__gc", l_plan_gc}, {"__close", l_plan_gc},
                                   {NULL, NULL}};
   static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
-                                     {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {NULL, NULL}};
+                                     {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {"tbs", l_plan_tbs},
+                                     {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"compile", l_compile}, {NULL, NULL}};

@@ -13,6 +13,11 @@ commands:
                  executor with real data (out-of-place and in-place)
   compile FILE   compile and report; --dump, --emit and --json show more
   verify FILE    compile and verify both placements
+  import FILE    read an MSCCL XML, TACCL JSON or TE-CCL JSON file, reschedule
+                 it and report: format, collective, ranks, chunks, tasks, the
+                 file's TBs per rank and ours, the verifier's verdict;
+                 -o OUT.lua writes it as an editable ReSCCLang program
+  export FILE    compile and write the schedule as MSCCL XML (--msccl-xml OUT)
   sim FILE       time the plan on its topology with the discrete-event
                  simulator; --baseline adds MSCCL's or NCCL's way to run it
   repl           interactive Lua with the DSL loaded as `resccl`
@@ -34,7 +39,12 @@ options:
   --gpu                  run: execute the emitted CUDA on the GPUs (ndev=N spreads
                          the ranks over N GPUs, iters=N timed runs, channels=K
                          blocks per TB)
+  -o, --output FILE      import: write the ReSCCLang program there
+  --msccl-xml FILE       export: write the MSCCL XML there ('-' = stdout)
   --version              print the version
+
+FILE may be a ReSCCLang script (.lua) or an MSCCL XML / TACCL JSON / TE-CCL
+JSON file; an imported file runs on its own number of ranks by default.
 
 sim options:
   --size S               buffer size, nccl-tests' size column (default 256M)
@@ -87,6 +97,8 @@ local function parse(argv)
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a == "--gpu" then o.gpu = true
+    elseif a == "-o" or a == "--output" then o.output = value(a)
+    elseif a == "--msccl-xml" then o.msccl_xml = value(a)
     elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
@@ -355,6 +367,110 @@ function M.sim(o)
   return 0
 end
 
+-- ----------------------------------------------------------------- import
+
+function M.import(o)
+  if not o.file then error("a FILE is needed", 0) end
+  local import = require "resccl.import"
+  local imp = import.read(o.file)
+  local alg = import.algorithm(imp)
+  local prog, topo = alg:program(o.args)
+  local t = topo:info()
+  local r = {
+    source = o.file, format = imp.format, name = imp.name, collective = imp.collective, ranks = imp.ranks,
+    chunks_per_block = imp.chunks, transfers = #imp.xfers, topo = t.spec, file_tbs_per_rank = imp.file_tbs,
+    warnings = imp.warnings, details = imp.details, placements = {},
+  }
+  local bad = 0
+  for _, inplace in ipairs { false, true } do
+    local name = inplace and "in-place" or "out-of-place"
+    if inplace and not alg.inplace then
+      r.placements[#r.placements + 1] = { placement = name, verify = "not supported by the file" }
+    else
+      local plan, err = resccl.compile(prog, topo, compile_opts(o, inplace))
+      local rep = plan and plan:report() or {}
+      if err then bad = bad + 1 end
+      r.placements[#r.placements + 1] = { placement = name, verify = err or "ok", tasks = rep.tasks,
+        tbs_per_rank = rep.tbs_per_rank, tbs_per_rank_max = rep.tbs_per_rank_max }
+    end
+  end
+  r.verify = bad == 0 and "ok" or (r.placements[1].verify ~= "ok" and r.placements[1].verify or r.placements[2].verify)
+  if imp.file_tbs then
+    -- The baseline: the file's own TBs and steps, run algorithm-level as MSCCL does.
+    local plan, err = resccl.compile(prog, topo, { sched = o.sched, tb = "manual", order = "algorithm",
+      inplace = not imp.outofplace })
+    r.file_schedule = { verify = err or "ok", placement = imp.outofplace and "out-of-place" or "in-place",
+      tbs_per_rank = plan and plan:report().tbs_per_rank }
+  end
+  if o.output then
+    local f, ferr = io.open(o.output, "w")
+    if not f then error(("cannot write %s: %s"):format(o.output, ferr), 0) end
+    f:write(import.to_lua(imp))
+    f:close()
+    r.wrote = o.output
+  end
+  if o.json then
+    print(json(r))
+    return bad == 0 and 0 or 1
+  end
+  local function line(k, v) print(("%-12s %s"):format(k, v)) end
+  local function list(l)
+    if not l then return "-" end
+    local mx = 0
+    for _, v in ipairs(l) do mx = math.max(mx, v) end
+    return ("max %d (%s)"):format(mx, table.concat(l, " "))
+  end
+  line("source", ("%s (%s)"):format(o.file, imp.format))
+  line("collective", ("%s, %d ranks, %d chunk%s per block; %s"):format(imp.collective, imp.ranks, imp.chunks,
+    imp.chunks == 1 and "" or "s", imp.inplace and (imp.outofplace and "in-place and out-of-place" or "in-place")
+    or "out-of-place"))
+  local oop = r.placements[1]
+  line("tasks", ("%d transfers imported; %s tasks after placement (out-of-place)"):format(#imp.xfers, oop.tasks or "-"))
+  line("file TBs", imp.file_tbs and list(imp.file_tbs) or "- (the format has no thread blocks)")
+  for _, p in ipairs(r.placements) do
+    if p.tbs_per_rank then line("our TBs", ("%s, state-based, %s on %s"):format(list(p.tbs_per_rank), p.placement, t.spec)) end
+  end
+  for _, p in ipairs(r.placements) do line("verify", ("%s: %s"):format(p.placement, p.verify)) end
+  if r.file_schedule then
+    line("file sched", ("the file's own TBs (--tb manual --order algorithm), %s: %s"):format(r.file_schedule.placement,
+      r.file_schedule.verify))
+  end
+  for _, w in ipairs(imp.warnings) do line("warning", w) end
+  if r.wrote then line("wrote", r.wrote) end
+  return bad == 0 and 0 or 1
+end
+
+-- ----------------------------------------------------------------- export
+
+function M.export(o)
+  if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
+  local alg, prog, topo = build(o)
+  if o.inplace and not alg.inplace then
+    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
+  end
+  local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
+  if err then error(err, 0) end
+  local xml, notes = require("resccl.export.msccl_xml").write(plan, prog, { name = alg.name, inplace = o.inplace or false })
+  if o.msccl_xml == "-" then
+    io.write(xml)
+  else
+    local f, ferr = io.open(o.msccl_xml, "w")
+    if not f then error(("cannot write %s: %s"):format(o.msccl_xml, ferr), 0) end
+    f:write(xml)
+    f:close()
+  end
+  local out = o.msccl_xml == "-" and io.stderr or io.stdout
+  if o.json then
+    out:write(json { algorithm = alg.name, file = o.msccl_xml, notes = notes.lines, tbs_per_rank = notes.tbs_per_rank,
+      our_tbs_per_rank = notes.our_tbs_per_rank, steps = notes.steps }, "\n")
+  else
+    out:write(("wrote %s: %s, %d ranks; MSCCL TBs per rank %s (ours %s)\n"):format(o.msccl_xml, alg.collective,
+      prog:info().ranks, table.concat(notes.tbs_per_rank, " "), table.concat(notes.our_tbs_per_rank, " ")))
+    for _, n in ipairs(notes.lines) do out:write("note: ", n, "\n") end
+  end
+  return 0
+end
+
 function M.help()
   io.write(USAGE)
   return 0
@@ -369,7 +485,7 @@ function M.main(argv)
     return 0
   end
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
-  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim") then
+  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export") then
     return usage_error(("unknown command '%s'"):format(cmd))
   end
   local ok, o = pcall(parse, argv)

@@ -17,6 +17,7 @@ local COLLECTIVES = { allgather = true, reducescatter = true, allreduce = true, 
 local KEYS = {
   name = "string", collective = "string", build = "function", description = "string",
   params = "table", chunks = "number|function", inplace = "boolean", supports = "function",
+  ranks = "number",
 }
 
 -- Arguments that belong to the driver, not to the algorithm.
@@ -244,6 +245,10 @@ function Ref:reduce(other, at)
   return self
 end
 
+--- The Program being built, for importers that record transfers themselves
+--- (prog:xfer with "file:line" positions, prog:hint with the file's TBs).
+function Builder:program() return self._prog end
+
 --- Topology helpers: node of a rank, its index inside the node, and back.
 function Builder:node(rank) return rank // self.gpn end
 function Builder:local_rank(rank) return rank % self.gpn end
@@ -303,8 +308,17 @@ end
 ---@return userdata program, userdata topo
 function Algorithm:program(args)
   args = args or {}
+  if self.ranks and args.ranks == nil and args.topo == nil then
+    local fixed = { ranks = self.ranks } -- an algorithm written for one size runs on it by default
+    for k, v in pairs(args) do fixed[k] = v end
+    args = fixed
+  end
   local topo = M.topology(args)
   local t = topo:info()
+  if self.ranks and t.ranks ~= self.ranks then
+    error(("%s:%d: algorithm %s is written for %d ranks; %s has %d"):format(self.file, self.line, self.name,
+      self.ranks, t.spec, t.ranks), 0)
+  end
   local params = {}
   for k, v in pairs(self.params) do params[k] = v end
   for k, v in pairs(args) do
@@ -373,6 +387,10 @@ end
 ---@param path string
 ---@return table algorithm
 function M.load(path)
+  if not path:match "%.lua$" then
+    local import = require "resccl.import"
+    if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL JSON
+  end
   local chunk, err = loadfile(path, "t", sandbox())
   if not chunk then error(err, 0) end
   registered, loading = nil, path

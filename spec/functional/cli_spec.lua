@@ -79,7 +79,7 @@ describe("bad input", function()
   -- fixture, arguments, exact message (after "resccl: ")
   local cases = {
     { "bad_unknown_key", "spec/fixtures/bad_unknown_key.lua:1: unknown key 'colective' in resccl.algorithm{} " ..
-      "(known: build, chunks, collective, description, inplace, name, params, supports)" },
+      "(known: build, chunks, collective, description, inplace, name, params, ranks, supports)" },
     { "bad_collective", "spec/fixtures/bad_collective.lua:1: unknown collective 'allbroadcast' " ..
       "(allgather, reducescatter, allreduce, alltoall)" },
     { "bad_rank", "spec/fixtures/bad_rank.lua:6: destination rank 99 out of range (program has 4 ranks)" },
