@@ -34,6 +34,16 @@ rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
   if (o->nmicro < 1 || o->nslots < 1 || o->slot_bytes < dtype_size[o->dtype])
     return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
   RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count};
+  /* A hand-placed plan was verified with FIFOs that hold two tiles (verify.c). */
+  size_t es = dtype_size[o->dtype], fifo = o->nslots * (o->slot_bytes / es);
+  for (int t = 0; t < pl->dag.n && pl->opt.tb == TB_MANUAL; t++)
+    for (int m = 0; m < o->nmicro; m++) {
+      size_t lo, n;
+      rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
+      if (2 * n > fifo)
+        return err_set(e, RC_ESIZE, "a hand-placed plan needs FIFOs of two tiles: %zu elements per tile, %zu per FIFO "
+                       "(raise slots or slot_bytes, or nmicro)", n, fifo);
+    }
   for (int t = 0; t < pl->dag.n; t++) {
     const Task *k = &pl->dag.t[t];
     if (!same_size(&run, k->sidx, k->didx, k->cnt)) {

@@ -369,11 +369,109 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
   return rc;
 }
 
+/*
+** Hand-placed plans (an imported file's own TBs) assume what MSCCL's runtime
+** guarantees: a connection's buffer holds two steps (NCCL_STEPS slots of which
+** a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it without
+** their receiver. Each TB steps while it can: its flags are set, its input
+** tile has arrived, its output FIFO has room. Executors refuse a manual plan
+** whose FIFOs would hold less (exec_check_sizes).
+*/
+#define MANUAL_DEPTH 2
+enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
+
+static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
+  int nt = pl->ntbs, nc = pl->nconn;
+  Sim s = {.pl = pl, .M = M};
+  s.cur = xcalloc((size_t)nt + 1, sizeof(int));
+  s.m = xcalloc((size_t)nt + 1, sizeof(int));
+  s.done = xcalloc((size_t)pl->np + 1, sizeof(int));
+  int *pushed = xcalloc((size_t)nc + 1, sizeof(int)), *popped = xcalloc((size_t)nc + 1, sizeof(int));
+  int *why = xmalloc(((size_t)nt + 1) * sizeof(int)), *on = xmalloc(((size_t)nt + 1) * sizeof(int));
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (int b = 0; b < nt; b++)
+      while (!finished(pl, &s, b)) {
+        int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
+        const Prim *p = &pl->p[pi];
+        for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
+          if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
+        if (w >= 0) {
+          why[b] = RES_FLAG, on[b] = w;
+          break;
+        }
+        if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) {
+          why[b] = RES_DATA, on[b] = p->cin;
+          break;
+        }
+        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= MANUAL_DEPTH) {
+          why[b] = RES_SPACE, on[b] = p->cout;
+          break;
+        }
+        if (p->cin >= 0) popped[p->cin]++;
+        if (p->cout >= 0) pushed[p->cout]++;
+        s.done[pi] = m + 1;
+        advance(pl, &s, b);
+        progress = 1;
+      }
+  }
+  rcStatus rc = RC_OK;
+  int b = 0;
+  while (b < nt && finished(pl, &s, b)) b++;
+  if (b < nt) {
+    /* Follow who waits for whom until a TB repeats, then describe that cycle. */
+    char *seen = xcalloc((size_t)nt + 1, 1);
+    int to = b;
+    for (;;) {
+      seen[to] = 1;
+      int nx = -1;
+      if (why[to] == RES_FLAG) nx = tb_of(pl, on[to]);
+      else
+        for (int i = 0; i < pl->np && nx < 0; i++)
+          if (why[to] == RES_DATA ? pl->p[i].cout == on[to] : pl->p[i].cin == on[to]) nx = tb_of(pl, i);
+      if (nx < 0 || finished(pl, &s, nx) || seen[nx]) {
+        to = nx >= 0 && !finished(pl, &s, nx) ? nx : to;
+        break;
+      }
+      to = nx;
+    }
+    Buf msg;
+    buf_init(&msg);
+    int start = to, len = 0;
+    memset(seen, 0, (size_t)nt + 1);
+    do {
+      const Prim *p = &pl->p[tb_prim(pl, &s, to)];
+      char at[300];
+      plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
+      if (len == 0) buf_printf(&msg, "%s: deadlock: ", at);
+      buf_printf(&msg, "%srank %d tb %d at %s (%s, micro-batch %d) waits for ", len ? "; " : "", p->rank, p->tb,
+                 prim_name(p->kind), at, s.m[to]);
+      if (why[to] == RES_FLAG) buf_printf(&msg, "its tb %d to finish %s", pl->p[on[to]].tb, prim_name(pl->p[on[to]].kind));
+      else buf_printf(&msg, "%s rank %d -> rank %d", why[to] == RES_DATA ? "data from" : "FIFO space on",
+                      pl->conn[on[to]].src, pl->conn[on[to]].dst);
+      seen[to] = 1, len++;
+      int nx = -1;
+      if (why[to] == RES_FLAG) nx = tb_of(pl, on[to]);
+      else
+        for (int i = 0; i < pl->np && nx < 0; i++)
+          if (why[to] == RES_DATA ? pl->p[i].cout == on[to] : pl->p[i].cin == on[to]) nx = tb_of(pl, i);
+      if (nx < 0 || finished(pl, &s, nx) || seen[nx]) break;
+      to = nx;
+    } while (to != start);
+    rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
+    buf_free(&msg);
+    free(seen);
+  }
+  free(s.cur), free(s.m), free(s.done), free(pushed), free(popped), free(why), free(on);
+  return rc;
+}
+
 rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
   int marked;
-  RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
+  if (pl->opt.tb == TB_MANUAL) RC_CHECK(deadlock_buffered(pl, 3, e));
+  else RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;
 }

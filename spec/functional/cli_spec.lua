@@ -112,20 +112,23 @@ describe("bad input", function()
   it("reports a deadlock in a hand-placed program with the TBs and primitives of the cycle", function()
     local code, out = h.cli { "verify", "spec/fixtures/bad_deadlock.lua", "ranks=2", "--tb", "manual" }
     assert.equal(1, code)
-    assert.equal("out-of-place  spec/fixtures/bad_deadlock.lua:10: deadlock, a cycle of 2 TBs: rank 0 tb 0 at recv " ..
-      "from rank 1 (spec/fixtures/bad_deadlock.lua:10, micro-batch 0) waits for rank 1 tb 0 to reach its send " ..
-      "(it is at recv); rank 1 tb 0 at recv from rank 0 (spec/fixtures/bad_deadlock.lua:9, micro-batch 0) waits " ..
-      "for rank 0 tb 0 to reach its send (it is at recv)\n", out:match "^[^\n]*\n")
+    assert.equal("out-of-place  spec/fixtures/bad_deadlock.lua:10: deadlock: rank 0 tb 0 at recv " ..
+      "(spec/fixtures/bad_deadlock.lua:10, micro-batch 0) waits for data from rank 1 -> rank 0; rank 1 tb 0 at " ..
+      "recv (spec/fixtures/bad_deadlock.lua:9, micro-batch 0) waits for data from rank 0 -> rank 1\n",
+      out:match "^[^\n]*\n")
     -- the same transfers scheduled by resccl itself are fine
     assert.equal(0, (h.cli { "run", "spec/fixtures/bad_deadlock.lua", "ranks=2" }))
   end)
 
-  it("reports a fused chain that would need one TB in two places", function()
-    local code, _, err = h.cli { "compile", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual" }
+  it("runs a hand-placed chain through buffered FIFOs, and refuses FIFOs smaller than two tiles", function()
+    local code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "slots=4",
+      "slot_bytes=65536" }
+    assert.equal(0, code, out)
+    code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "slots=1",
+      "slot_bytes=64" }
     assert.equal(1, code)
-    assert.equal("resccl: spec/fixtures/fused_twice.lua:9: deadlock, a cycle of 1 TB: rank 1 tb 0 at rcs from " ..
-      "rank 0 to rank 2 (spec/fixtures/fused_twice.lua:9, micro-batch 0) waits for its own later recv to move the " ..
-      "same tile\n", err)
+    assert.matches("exec%s+FAILED: a hand%-placed plan needs FIFOs of two tiles: 1024 elements per tile, 16 per " ..
+      "FIFO %(raise slots or slot_bytes, or nmicro%)", out)
   end)
 
   it("refuses manual placement when a transfer has none", function()

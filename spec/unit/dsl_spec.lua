@@ -180,7 +180,7 @@ describe("manual placement", function()
       assert.equal("manual", rep.tb_policy)
       assert.equal(order, rep.order)
       assert.equal(3, rep.tbs_per_rank_max)
-      local r = assert(plan:exec { count = 515, nmicro = 3, slots = 1, slot_bytes = 16 })
+      local r = assert(plan:exec { count = 515, nmicro = 3, slots = 4, slot_bytes = 1024 })
       assert.equal(0, r.wrong)
     end
   end)
