@@ -37,6 +37,16 @@ end
 --- The 1-based line of byte offset `at` in text.
 ---@param text string
 ---@param at integer
+--- The keys of a table, sorted (importers walk JSON objects in a stable order).
+---@param t table
+---@return table
+function M.sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks)
+  return ks
+end
+
 function M.line_of(text, at)
   local n = 1
   for _ in text:sub(1, math.max(0, at - 1)):gmatch "\n" do n = n + 1 end

@@ -21,13 +21,6 @@ function M.detect(text)
     and (text:find('"input_map"', 1, true) ~= nil or text:find('"sccl_type"', 1, true) ~= nil)
 end
 
-local function sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return ks
-end
-
 --- Import TACCL JSON text.
 ---@param text string
 ---@param path string
@@ -125,9 +118,9 @@ function M.import(text, path)
   local loc, scratch, xs = {}, {}, {}
   for r = 0, R - 1 do
     loc[r], scratch[r] = {}, 0
-    local outs = sorted_keys(output_map[r] or {})
+    local outs = import.sorted_keys(output_map[r] or {})
     for i, a in ipairs(outs) do loc[r][a] = { buf = "output", idx = i - 1 } end
-    for i, a in ipairs(sorted_keys(input_map[r] or {})) do
+    for i, a in ipairs(import.sorted_keys(input_map[r] or {})) do
       if loc[r][a] then
         xs[#xs + 1] = { src = r, sbuf = "input", sidx = i - 1, dst = r, dbuf = "output", didx = loc[r][a].idx, cnt = 1,
           op = "copy", step = -1, line = 1, what = ("chunk %d enters the output"):format(a) }

@@ -23,13 +23,6 @@ function M.detect(text)
   return text:match "^%s*{" ~= nil and text:find('%d%-[Ff]lows"') ~= nil
 end
 
-local function sorted(set)
-  local l = {}
-  for k in pairs(set) do l[#l + 1] = k end
-  table.sort(l)
-  return l
-end
-
 --- Import TE-CCL JSON text.
 ---@param text string
 ---@param path string
@@ -109,7 +102,7 @@ function M.import(text, path)
       fail(1, "node %d is a switch in some flows and a GPU in others", sw)
     end
   end
-  local ids = sorted(gpus)
+  local ids = import.sorted_keys(gpus)
   local R = #ids
   if R < 2 or R > 1024 then fail(1, "%d GPUs; need 2..1024", R) end
   local rank = {}
@@ -152,7 +145,7 @@ function M.import(text, path)
   local xs = {}
   if coll == "allgather" then
     for s = 0, R - 1 do
-      local cs = sorted(chunks_of[s] or {})
+      local cs = import.sorted_keys(chunks_of[s] or {})
       if C and #cs ~= C then fail(1, "GPU %d has %d chunks, GPU %d has %d: blocks must be equal", ids[s + 1], #cs, ids[1], C) end
       C = #cs
       for j, c in ipairs(cs) do index[s .. ":" .. c] = j - 1 end
