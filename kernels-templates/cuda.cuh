@@ -213,15 +213,17 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
 /* Receive into (wbuf, widx), reducing with (ubuf, uidx) when ubuf >= 0; forward on cout. */
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                       int m) {
-  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x, widx, cnt, m, &lo, &n);
+  size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long in_seq, out_seq = 0;
     const char *s = rx_slot_in(x, cin, &in_seq);
     char *o = cout >= 0 ? rx_slot_out(x, cout, &out_seq) : NULL;
-    rx_move(x->run, rx_at(x, wbuf, lo + k), ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, o);
+    /* wbuf < 0 (recvReduceSend) keeps nothing: the result goes straight into the slot. */
+    char *d = wbuf >= 0 ? rx_at(x, wbuf, lo + k) : o;
+    rx_move(x->run, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, d == o ? NULL : o);
     __syncthreads();
     if (threadIdx.x == 0) {
       if (cout >= 0) rx_st(rx_fifo(x, cout)->tail, out_seq + 1);
@@ -264,6 +266,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_RRC(c, ub, ui, b, i, n) rx_recv(x, c, -1, ub, ui, b, i, n, m)
 #define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, m)
 #define RX_RRCS(ci, co, ub, ui, b, i, n) rx_recv(x, ci, co, ub, ui, b, i, n, m)
+#define RX_RRS(ci, co, ub, ui, n) rx_recv(x, ci, co, ub, ui, -1, 0, n, m)
 #define RX_CS(co, rb, ri, wb, wi, n) rx_copy_send(x, co, rb, ri, wb, wi, n, m)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)

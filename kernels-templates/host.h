@@ -185,22 +185,23 @@ static inline void rx_combine(RxRun *r, char *out, const char *operand, const ch
 /*
 ** Receive into (wbuf, widx): copy, or reduce with the operand (ubuf, uidx)
 ** when ubuf >= 0; then forward what was written on cout when cout >= 0.
+** wbuf < 0 keeps nothing: the result goes straight into the outgoing slot.
 */
 static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt, int m) {
-  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  rx_tile(x->run, widx, cnt, m, &lo, &n);
+  size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     const char *s = rx_slot_in(x, cin);
     if (!s) return 1;
-    char *d = rx_at(x, wbuf, lo + k);
+    char *o = cout >= 0 ? rx_slot_out(x, cout) : NULL;
+    if (cout >= 0 && !o) return 1;
+    char *d = wbuf >= 0 ? rx_at(x, wbuf, lo + k) : o;
     if (ubuf >= 0) rx_combine(x->run, d, rx_at(x, ubuf, ulo + k), s, w);
     else memcpy(d, s, w * es);
     if (cout >= 0) {
-      char *o = rx_slot_out(x, cout);
-      if (!o) return 1;
-      memcpy(o, d, w * es);
+      if (d != o) memcpy(o, d, w * es);
       rx_push(x, cout);
     }
     rx_pop(x, cin);
@@ -250,6 +251,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_RRC(c, ub, ui, b, i, n) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, m)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, m)) return; } while (0)
+#define RX_RRS(ci, co, ub, ui, n) do { if (rx_recv(x, ci, co, ub, ui, -1, 0, n, m)) return; } while (0)
 #define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)

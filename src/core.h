@@ -246,6 +246,7 @@ typedef enum {
   PR_RRC,    /* recvReduceCopy: dst = dst (+) popped */
   PR_RCS,    /* recvCopySend: write dst and forward */
   PR_RRCS,   /* recvReduceCopySend: dst = dst (+) popped, forward dst */
+  PR_RRS,    /* recvReduceSend: forward operand (+) popped, keep nothing (dst is dead) */
   PR_CS,     /* copySend: local copy and send of the copied chunk */
   PR_COPY,   /* local copy */
   PR_REDUCE, /* local reduce */

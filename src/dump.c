@@ -7,7 +7,7 @@
 
 #include "core.h"
 
-static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "cs", "copy", "reduce"};
+static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "rrs", "cs", "copy", "reduce"};
 
 const char *prim_name(int k) { return (unsigned)k < NPRIM ? prim_names[k] : "?"; }
 
@@ -72,12 +72,15 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
     loc(b, p->rbuf, p->ridx, p->cnt);
     if (p->kind != PR_SEND) buf_puts(b, p->kind == PR_REDUCE ? " +> " : " -> ");
   }
-  if ((p->kind == PR_RRC || p->kind == PR_RRCS || p->kind == PR_REDUCE) &&
-      (p->ubuf != p->wbuf || p->uidx != p->widx)) {
+  if (p->kind == PR_RRS) {
+    loc(b, p->ubuf, p->uidx, p->cnt);
+    buf_puts(b, " (not kept)");
+  } else if ((p->kind == PR_RRC || p->kind == PR_RRCS || p->kind == PR_REDUCE) &&
+             (p->ubuf != p->wbuf || p->uidx != p->widx)) {
     loc(b, p->ubuf, p->uidx, p->cnt);
     buf_puts(b, " => ");
   }
-  if (p->kind != PR_SEND) loc(b, p->wbuf, p->widx, p->cnt);
+  if (p->kind != PR_SEND && p->kind != PR_RRS) loc(b, p->wbuf, p->widx, p->cnt);
   buf_printf(b, " slot=%d", p->slot);
   if (p->tin >= 0) buf_printf(b, " in=t%d", p->tin);
   if (p->tout >= 0 && p->tout != p->tin) buf_printf(b, " out=t%d", p->tout);

@@ -59,6 +59,7 @@ static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   case PR_RRC: call(b, "RX_RRC", "ibibii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
   case PR_RRCS: call(b, "RX_RRCS", "iibibii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  case PR_RRS: call(b, "RX_RRS", "iibii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt); break;
   case PR_CS: call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
   case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
   default: call(b, "RX_REDUCE", "bibibii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;

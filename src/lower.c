@@ -87,6 +87,28 @@ static int revisits(const Dag *d, const int *up, int t, int r) {
   return 0;
 }
 
+static int overlaps(int a, int b, int n) { return a < b + n && b < a + n; }
+
+/*
+** After u forwards what t wrote, is that value dead? Nothing but u reads it
+** (any later reader depends on t, so it is a successor), and a successor
+** overwrites all of it, or it lives in scratch, whose final value nobody
+** needs. Then t's receive need not keep it: recvReduceSend.
+*/
+static int dead_after(const Dag *d, int t, int u) {
+  const Task *a = &d->t[t];
+  int overwritten = a->dbuf == BUF_SCRATCH;
+  for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
+    const Task *s = &d->t[d->succ[j]];
+    if (d->succ[j] == u) continue;
+    if (s->src == a->dst && s->sbuf == a->dbuf && overlaps(s->sidx, a->didx, a->cnt)) return 0;
+    if (s->op == OP_REDUCE && s->dst == a->dst && s->obuf == a->dbuf && overlaps(s->oidx, a->didx, a->cnt)) return 0;
+    if (s->dst == a->dst && s->dbuf == a->dbuf && s->didx <= a->didx && s->didx + s->cnt >= a->didx + a->cnt)
+      overwritten = 1;
+  }
+  return overwritten;
+}
+
 typedef struct {
   int prim, on;
 } Wait;
@@ -160,7 +182,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
     if (best < 0) continue;
     up[best] = t;
     Prim *r = &pl->p[pl->task_recv[t]];
-    r->kind = r->kind == PR_RRC ? PR_RRCS : r->kind == PR_COPY ? PR_CS : PR_RCS;
+    r->kind = r->kind == PR_RRC ? (dead_after(d, t, best) ? PR_RRS : PR_RRCS) : r->kind == PR_COPY ? PR_CS : PR_RCS;
     r->tout = best;
     r->cout = pl->p[pl->task_send[best]].cout;
     gone[pl->task_send[best]] = 1;

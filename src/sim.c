@@ -264,7 +264,7 @@ static int rot(const Sim *s, int k, int r) {
   return r / g * g + (r % g + k * s->tp->gpus_per_nic) % g;
 }
 
-static int is_reduce(int kind) { return kind == PR_RRC || kind == PR_RRCS || kind == PR_REDUCE; }
+static int is_reduce(int kind) { return kind == PR_RRC || kind == PR_RRCS || kind == PR_RRS || kind == PR_REDUCE; }
 
 static double tb_rate(const Sim *s, int kind) {
   double r = is_reduce(kind) ? s->tp->tb_reduce_gbps : s->tp->tb_gbps;

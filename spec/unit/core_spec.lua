@@ -150,3 +150,16 @@ describe("core.compile", function()
       "(input chunk 0 -> scratch chunk 1)", err)
   end)
 end)
+
+describe("lowering", function()
+  local resccl = require "resccl"
+
+  it("forwards a reduced chunk without keeping it when nothing reads it again (rrs)", function()
+    local prog, topo = resccl.load("algorithms/allreduce_rd.lua"):program { ranks = 8 }
+    local plan = assert(resccl.compile(prog, topo))
+    assert.matches("\nr%d+ rrs +from r%d+ to r%d+ %a+%[%d+%] %(not kept%)", plan:dump "lower")
+    assert.equal(0, assert(plan:exec { count = 1031, nmicro = 3 }).wrong)
+    local never = assert(resccl.compile(prog, topo, { fuse = "never" }))
+    assert.not_matches(" rrs ", never:dump "lower")
+  end)
+end)

@@ -26,12 +26,13 @@ local SHAPE = {
   rrc  = { { "rrc", false, true, true, true } },
   rcs  = { { "rcs", true, true, false, true } },
   rrcs = { { "rrcs", true, true, true, true } },
+  rrs  = { { "rrs", true, true, true, false } },
   cs   = { { "cpy", false, false, true, true }, { "s", true, false, false, true } },
   copy = { { "cpy", false, false, true, true } },
   reduce = { { "re", false, false, true, true } },
 }
 -- A fused primitive split in two: its receiving half and its sending half.
-local SPLIT = { rcs = { "r", "s" }, rrcs = { "rrc", "s" } }
+local SPLIT = { rcs = { "r", "s" }, rrcs = { "rrc", "s" }, rrs = { "rrc", "s" } }
 
 local function uf_find(up, x)
   while up[x] ~= x do
@@ -95,7 +96,7 @@ function M.write(plan, prog, opts)
         -- operand other than the destination is first copied there (or, when
         -- the read chunk is the destination, becomes re's source).
         local src = { q.rbuf, q.ridx }
-        if q.kind == "rrc" or q.kind == "rrcs" then src = { q.ubuf, q.uidx } end
+        if q.kind == "rrc" or q.kind == "rrcs" or q.kind == "rrs" then src = { q.ubuf, q.uidx } end
         if q.kind == "reduce" and not (q.ubuf == q.wbuf and q.uidx == q.widx) then
           if q.rbuf == q.wbuf and q.ridx == q.widx then src = { q.ubuf, q.uidx }
           else shapes = { { "cpy", false, false, "operand", true }, SHAPE.reduce[1] } end
