@@ -88,48 +88,80 @@ template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
   }
 }
 
+/* Loads that bypass L1: FIFO slots are rewritten by the peer GPU, and L1 is not coherent. */
+__device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
+
+#define RX_UNROLL 4 /* 16-byte loads in flight per thread */
+
+/* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */
+__device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
+  if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd | bytes) % 16 == 0) {
+    int4 *o = (int4 *)out, *f = (int4 *)fwd;
+    const int4 *s = (const int4 *)in;
+    size_t nv = bytes / 16, i = threadIdx.x, step = blockDim.x;
+    for (; i + (RX_UNROLL - 1) * step < nv; i += RX_UNROLL * step) {
+      int4 v[RX_UNROLL];
+#pragma unroll
+      for (int u = 0; u < RX_UNROLL; u++) v[u] = rx_ld16(s + i + u * step);
+#pragma unroll
+      for (int u = 0; u < RX_UNROLL; u++) {
+        o[i + u * step] = v[u];
+        if (f) f[i + u * step] = v[u];
+      }
+    }
+    for (; i < nv; i += step) {
+      int4 v = rx_ld16(s + i);
+      o[i] = v;
+      if (f) f[i] = v;
+    }
+  } else {
+    for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) {
+      char v = ((volatile const char *)in)[i];
+      out[i] = v;
+      if (fwd) fwd[i] = v;
+    }
+  }
+}
+
 /* out[i] = operand[i] (+) in[i]; the block strides, V elements per 16-byte access when aligned. */
 template <typename T>
 __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, T *fwd) {
   const int V = 16 / sizeof(T);
   size_t head = 0;
   if (((uintptr_t)out | (uintptr_t)operand | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
-    struct alignas(16) Vec { T e[16 / sizeof(T)]; };
-    size_t nv = n / V;
-    Vec *o = (Vec *)out, *f = (Vec *)fwd;
-    const Vec *u = (const Vec *)operand, *s = (const Vec *)in;
-    for (size_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      Vec x = u[i], y = s[i];
+    union Vec {
+      int4 raw;
+      T e[16 / sizeof(T)];
+    };
+    size_t nv = n / V, i = threadIdx.x, step = blockDim.x;
+    const int4 *u4 = (const int4 *)operand, *s4 = (const int4 *)in;
+    int4 *o4 = (int4 *)out, *f4 = (int4 *)fwd;
+    for (; i + (RX_UNROLL / 2 - 1) * step < nv; i += RX_UNROLL / 2 * step) {
+      Vec x[RX_UNROLL / 2], y[RX_UNROLL / 2];
+#pragma unroll
+      for (int k = 0; k < RX_UNROLL / 2; k++) x[k].raw = rx_ld16(u4 + i + k * step), y[k].raw = rx_ld16(s4 + i + k * step);
+#pragma unroll
+      for (int k = 0; k < RX_UNROLL / 2; k++) {
+#pragma unroll
+        for (int j = 0; j < V; j++) x[k].e[j] = rx_op<T>(op, x[k].e[j], y[k].e[j]);
+        o4[i + k * step] = x[k].raw;
+        if (f4) f4[i + k * step] = x[k].raw;
+      }
+    }
+    for (; i < nv; i += step) {
+      Vec x, y;
+      x.raw = rx_ld16(u4 + i), y.raw = rx_ld16(s4 + i);
 #pragma unroll
       for (int j = 0; j < V; j++) x.e[j] = rx_op<T>(op, x.e[j], y.e[j]);
-      o[i] = x;
-      if (f) f[i] = x;
+      o4[i] = x.raw;
+      if (f4) f4[i] = x.raw;
     }
     head = nv * V;
   }
   for (size_t i = head + threadIdx.x; i < n; i += blockDim.x) {
-    T v = rx_op<T>(op, operand[i], in[i]);
+    T v = rx_op<T>(op, ((volatile const T *)operand)[i], ((volatile const T *)in)[i]);
     out[i] = v;
     if (fwd) fwd[i] = v;
-  }
-}
-
-/* Plain copies of aligned data go 16 bytes at a time. */
-__device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
-  if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd | bytes) % 16 == 0) {
-    int4 *o = (int4 *)out, *f = (int4 *)fwd;
-    const int4 *s = (const int4 *)in;
-    for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) {
-      int4 v = s[i];
-      o[i] = v;
-      if (f) f[i] = v;
-    }
-  } else {
-    for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) {
-      char v = in[i];
-      out[i] = v;
-      if (fwd) fwd[i] = v;
-    }
   }
 }
 
