@@ -74,6 +74,18 @@ static int l_clock(lua_State *L) {
   return 1;
 }
 
+void l_setup(lua_State *L, const char *dir) {
+  lua_getglobal(L, "package"); /* stack: package */
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
+  lua_getfield(L, -2, "path");
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+  lua_getfield(L, -1, "preload"); /* stack: package, preload */
+  lua_pushcfunction(L, luaopen_resccl_core);
+  lua_setfield(L, -2, "resccl.core");
+  lua_pop(L, 2);
+}
+
 int luaopen_resccl_core(lua_State *L) {
   lua_newtable(L); /* stack: module */
   lua_pushcfunction(L, l_clock);

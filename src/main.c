@@ -67,15 +67,7 @@ static void setpath(lua_State *L) {
     snprintf(installed, sizeof installed, "%s/../%s", self, RESCCL_LUA_DIR_INSTALL);
   }
   if (!dir || !isdir(dir)) dir = isdir(installed) ? installed : RESCCL_LUA_DIR_BUILD;
-  lua_getglobal(L, "package");
-  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", dir, dir);
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
-  lua_getfield(L, -1, "preload");
-  lua_pushcfunction(L, luaopen_resccl_core);
-  lua_setfield(L, -2, "resccl.core");
-  lua_pop(L, 2);
+  l_setup(L, dir);
 }
 
 /* ------------------------------------------------------------------ REPL */

@@ -185,6 +185,15 @@ local function esc(s) return (tostring(s):gsub("&", "&amp;"):gsub("<", "&lt;"):g
 
 local PALETTE = { "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd22", "#e377c2", "#7f7f7f" }
 
+-- Close an SVG document and write it out.
+local function write_svg(path, out)
+  out[#out + 1] = "</svg>\n"
+  local f, err = io.open(path, "w")
+  if not f then error(("cannot write SVG: %s"):format(err), 0) end
+  f:write(table.concat(out, "\n"))
+  f:close()
+end
+
 --- TB timeline of each rank (at most `maxranks`): blocked time in light
 --- orange, calls coloured by sub-pipeline, released time grey, and a dashed
 --- line where each sub-pipeline's first call starts.
@@ -259,11 +268,7 @@ function M.write_timeline(path, r, title, maxranks)
   end
   out[#out + 1] = ('<text x="%d" y="%d">0</text><text x="%d" y="%d" text-anchor="end">%.1f us</text>'):format(L,
     H - 10, W - 20, H - 10, T)
-  out[#out + 1] = "</svg>\n"
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write SVG: %s"):format(err), 0) end
-  f:write(table.concat(out, "\n"))
-  f:close()
+  write_svg(path, out)
 end
 
 --- busbw vs size, one line per variant (log2 size axis).
@@ -303,11 +308,7 @@ function M.write_sweep(path, series, title)
       table.concat(pts, " "))
     out[#out + 1] = ('<text x="%d" y="%d" fill="%s">%s</text>'):format(W - R + 10, T + 16 * i, c, esc(s.name))
   end
-  out[#out + 1] = "</svg>\n"
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write SVG: %s"):format(err), 0) end
-  f:write(table.concat(out, "\n"))
-  f:close()
+  write_svg(path, out)
 end
 
 return M

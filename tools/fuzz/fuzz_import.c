@@ -82,15 +82,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   L = luaL_newstate();
   luaL_openlibs(L);
-  lua_getglobal(L, "package");
-  lua_pushstring(L, FUZZ_LUA_DIR "/?.lua;" FUZZ_LUA_DIR "/?/init.lua;");
-  lua_getfield(L, -2, "path");
-  lua_concat(L, 2);
-  lua_setfield(L, -2, "path");
-  lua_getfield(L, -1, "preload");
-  lua_pushcfunction(L, luaopen_resccl_core);
-  lua_setfield(L, -2, "resccl.core");
-  lua_pop(L, 2);
+  l_setup(L, FUZZ_LUA_DIR);
   if (luaL_loadstring(L, driver) != LUA_OK) goto fail;
   lua_pushstring(L, strcmp(FUZZ_FORMAT, "xml") == 0 ? "fuzz.xml" : "fuzz.json");
   if (strcmp(FUZZ_FORMAT, "xml") == 0) lua_pushstring(L, "msccl_xml");
