@@ -153,8 +153,13 @@ end
 
 
 
+local DTYPES = { f32 = true, i32 = true, f64 = true, i64 = true }
+local OPS = { sum = true, max = true, min = true, prod = true }
+
 local function exec_args(o)
   local a = o.args
+  if a.dtype and not DTYPES[a.dtype] then error(("argument dtype=%s: f32, i32, f64 or i64 expected"):format(a.dtype), 0) end
+  if a.op and not OPS[a.op] then error(("argument op=%s: sum, max, min or prod expected"):format(a.op), 0) end
   return {
     count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4, dtype = a.dtype, op = a.op,
     slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
@@ -490,6 +495,7 @@ function M.main(argv)
   end
   local ok, o = pcall(parse, argv)
   if not ok then return usage_error(o) end
+  if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end
   return M[cmd](o)
 end
 

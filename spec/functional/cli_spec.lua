@@ -22,6 +22,9 @@ describe("resccl", function()
     code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "--bogus" }
     assert.equal(2, code)
     assert.matches("unknown option '%-%-bogus'", err)
+    code, _, err = h.cli { "compile" }
+    assert.equal(2, code)
+    assert.matches("'compile' needs a FILE", err)
   end)
 
   it("runs the default job: verified and executed, exit 0", function()
@@ -145,6 +148,9 @@ describe("bad input", function()
     code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "topo=a100:0x8" }
     assert.equal(1, code)
     assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", err)
+    code, _, err = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=4", "dtype=f16" }
+    assert.equal(1, code)
+    assert.equal("resccl: argument dtype=f16: f32, i32, f64 or i64 expected\n", err)
     code, _, err = h.cli { "run", "algorithms/allreduce_rd.lua", "ranks=6" }
     assert.equal(1, code)
     assert.matches("allreduce_rd.lua:%d+: algorithm allreduce_rd does not support nvswitch:6: needs a power", err)
