@@ -449,12 +449,13 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   int K = s.K, NG = K * s.NT, NCK = K * s.NC, NPK = K * s.NP;
   s.ord = xmalloc(((size_t)pl->dag.n + 1) * sizeof(int));
   s.ntask = xcalloc((size_t)s.NC + 1, sizeof(int));
-  for (int i = 0; i < pl->dag.n; i++) {
-    int t = pl->sched.order[i];
-    if (pl->dag.t[t].src == pl->dag.t[t].dst) continue;
-    int c = pl->p[pl->task_recv[t]].cin; /* the receiving primitive always carries t in */
-    s.ord[t] = s.ntask[c]++;
-  }
+  /* A connection's tasks, numbered in the order its sending TB runs them (the
+     verifier checked that the receiving TB runs them in the same order). */
+  for (int b = 0; b < pl->ntbs; b++)
+    for (int j = pl->tb_off[b]; j < pl->tb_off[b + 1]; j++) {
+      const Prim *q = &pl->p[pl->tb_prims[j]];
+      if (q->cout >= 0) s.ord[q->tout] = s.ntask[q->cout]++;
+    }
   s.done = xcalloc((size_t)NPK + 1, sizeof(int));
   s.arrived = xcalloc((size_t)NCK + 1, sizeof(int));
   s.sent = xcalloc((size_t)NCK + 1, sizeof(int));
