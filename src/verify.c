@@ -380,6 +380,15 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 #define MANUAL_DEPTH 2
 enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
 
+/* The TB a blocked TB waits for: the flag's owner, the connection's sender
+   (waiting for data) or its receiver (waiting for space). */
+static int blocker(const Plan *pl, int why, int on) {
+  if (why == RES_FLAG) return tb_of(pl, on);
+  for (int i = 0; i < pl->np; i++)
+    if (why == RES_DATA ? pl->p[i].cout == on : pl->p[i].cin == on) return tb_of(pl, i);
+  return -1;
+}
+
 static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
   int nt = pl->ntbs, nc = pl->nconn;
   Sim s = {.pl = pl, .M = M};
@@ -424,11 +433,7 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
     int to = b;
     for (;;) {
       seen[to] = 1;
-      int nx = -1;
-      if (why[to] == RES_FLAG) nx = tb_of(pl, on[to]);
-      else
-        for (int i = 0; i < pl->np && nx < 0; i++)
-          if (why[to] == RES_DATA ? pl->p[i].cout == on[to] : pl->p[i].cin == on[to]) nx = tb_of(pl, i);
+      int nx = blocker(pl, why[to], on[to]);
       if (nx < 0 || finished(pl, &s, nx) || seen[nx]) {
         to = nx >= 0 && !finished(pl, &s, nx) ? nx : to;
         break;
@@ -450,11 +455,7 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
       else buf_printf(&msg, "%s rank %d -> rank %d", why[to] == RES_DATA ? "data from" : "FIFO space on",
                       pl->conn[on[to]].src, pl->conn[on[to]].dst);
       seen[to] = 1, len++;
-      int nx = -1;
-      if (why[to] == RES_FLAG) nx = tb_of(pl, on[to]);
-      else
-        for (int i = 0; i < pl->np && nx < 0; i++)
-          if (why[to] == RES_DATA ? pl->p[i].cout == on[to] : pl->p[i].cin == on[to]) nx = tb_of(pl, i);
+      int nx = blocker(pl, why[to], on[to]);
       if (nx < 0 || finished(pl, &s, nx) || seen[nx]) break;
       to = nx;
     } while (to != start);
