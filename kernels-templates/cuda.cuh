@@ -16,37 +16,22 @@
 ** as `nchan` blocks, block k moving slice k of every tile over its own FIFO
 ** and flags. Slices never meet, so the channels are independent copies of
 ** the verified plan.
+**
+** Calls follow one another without any reset: FIFO counters run on from
+** call to call, and flags count micro-batches from the plan's load (each
+** call gets its starting `base`). A wait that lasts past the call's timeout
+** raises the plan's stop flag; every TB then skips its remaining waits, so
+** the kernel ends and the runtime reports the timeout.
 */
 #ifndef RX_CUDA_CUH
 #define RX_CUDA_CUH
 
-#include <stddef.h>
-#include <stdint.h>
-
-enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
-enum { RX_F32, RX_I32, RX_F64, RX_I64 };
-enum { RX_SUM, RX_MAX, RX_MIN, RX_PROD };
-
-typedef struct {
-  unsigned long long *tail; /* receiver's memory */
-  unsigned long long *head; /* sender's memory */
-  char *slots;              /* receiver's memory: nslots * slot_bytes */
-} RxFifo;
-
-typedef struct RxRun {
-  int nranks, chunks, nmicro, nslots, dtype, op, nchan;
-  size_t count, esize, slot_bytes;
-  char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH], device pointers */
-  RxFifo *fifo;            /* per connection and channel: [conn * nchan + chan] */
-  unsigned *flag;          /* per flag and channel: micro-batches finished (the rank's own memory) */
-  const int *block_rank;   /* per block of the launch: its rank, TB and channel */
-  const int *block_tb;
-  const int *block_chan;
-} RxRun;
-
 typedef struct {
   const RxRun *run;
-  int rank, tb, chan, m;
+  const RxArgs *a;
+  int rank, local, tb, chan, m;
+  int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
+  unsigned long long since; /* thread 0: when the current wait started */
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
@@ -58,15 +43,37 @@ __device__ static inline void rx_st(unsigned long long *p, unsigned long long v)
   *(volatile unsigned long long *)p = v;
 }
 
+__device__ static inline unsigned long long rx_clock_ns(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Thread 0, spinning: 1 when it must stop waiting, because another TB gave
+   up or this wait has lasted past the timeout. Checked every 1024 spins. */
+__device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
+  if (x->stopped) return 1;
+  if (++*spins % 1024) return 0;
+  if (*x->run->stop) return x->stopped = 1;
+  unsigned long long now = rx_clock_ns();
+  if (*spins == 1024) x->since = now;
+  else if (x->a->timeout_ns && now - x->since > x->a->timeout_ns) {
+    *x->run->stop = 1;
+    __threadfence_system();
+    return x->stopped = 1;
+  }
+  return 0;
+}
+
 /* Element range of chunks [idx, idx+cnt) in micro-batch m, as rx_tile in
    host.h, then this block's channel slice of it. */
 __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {
-  const RxRun *r = x->run;
-  size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
+  const RxArgs *r = x->a;
+  size_t N = r->count, C = (size_t)x->run->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
   size_t slab = N * m / M, len = N * (m + 1) / M - slab;
   size_t a = (size_t)idx / C * N + slab + s * len / C, t = (s + cnt) * len / C - s * len / C;
   /* Channel slices start on 16-byte boundaries (whole vectors); the last takes the rest. */
-  size_t K = (size_t)r->nchan, k = (size_t)x->chan, v = r->esize < 16 ? 16 / r->esize : 1, units = t / v;
+  size_t K = (size_t)x->run->nchan, k = (size_t)x->chan, v = r->esize < 16 ? 16 / r->esize : 1, units = t / v;
   size_t b = units * k / K * v, e = k + 1 == K ? t : units * (k + 1) / K * v;
   *lo = a + b;
   *n = e - b;
@@ -76,7 +83,7 @@ __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &
 __device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nchan + x->chan]; }
 
 __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
-  return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
+  return x->a->buf[x->local][buf] + elem * x->a->esize;
 }
 
 template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
@@ -166,7 +173,7 @@ __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, s
 }
 
 /* Move n elements: out = in, or out = operand (+) in; also write them to fwd. */
-__device__ static inline void rx_move(const RxRun *r, char *out, const char *operand, const char *in, size_t n,
+__device__ static inline void rx_move(const RxArgs *r, char *out, const char *operand, const char *in, size_t n,
                                       char *fwd) {
   if (!operand) return rx_copy16(out, in, n * r->esize, fwd);
   switch (r->dtype) {
@@ -181,8 +188,9 @@ __device__ static inline void rx_move(const RxRun *r, char *out, const char *ope
 }
 
 __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
+  unsigned spins = 0, want = x->a->base + (unsigned)m + 1;
   if (threadIdx.x == 0)
-    while (*(volatile unsigned *)rx_flag(x, f) < (unsigned)m + 1) {
+    while ((int)(*(volatile unsigned *)rx_flag(x, f) - want) < 0 && !rx_give_up(x, &spins)) {
     }
   __syncthreads();
 }
@@ -191,7 +199,7 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    *(volatile unsigned *)rx_flag(x, f) = (unsigned)m + 1;
+    *(volatile unsigned *)rx_flag(x, f) = x->a->base + (unsigned)m + 1;
   }
 }
 
@@ -201,7 +209,8 @@ __device__ static inline char *rx_slot_out(RxCtx *x, int c, unsigned long long *
   const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
     unsigned long long t = rx_ld(f->tail);
-    while (t - rx_ld(f->head) >= (unsigned long long)x->run->nslots) {
+    unsigned spins = 0;
+    while (t - rx_ld(f->head) >= (unsigned long long)x->run->nslots && !rx_give_up(x, &spins)) {
     }
     s_tail = t;
   }
@@ -215,7 +224,8 @@ __device__ static inline const char *rx_slot_in(RxCtx *x, int c, unsigned long l
   const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
     unsigned long long h = rx_ld(f->head);
-    while (rx_ld(f->tail) == h) {
+    unsigned spins = 0;
+    while (rx_ld(f->tail) == h && !rx_give_up(x, &spins)) {
     }
     s_head = h;
   }
@@ -231,13 +241,13 @@ __device__ static inline void rx_publish(unsigned long long *p, unsigned long lo
 }
 
 __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
-  size_t lo, n, per = x->run->slot_bytes / x->run->esize;
+  size_t lo, n, per = x->run->slot_bytes / x->a->esize;
   rx_tile(x, idx, cnt, m, &lo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->run, s, NULL, rx_at(x, buf, lo + k), w, NULL);
+    rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, NULL);
     rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
@@ -245,7 +255,7 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
 /* Receive into (wbuf, widx), reducing with (ubuf, uidx) when ubuf >= 0; forward on cout. */
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                       int m) {
-  size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
   if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   for (size_t k = 0; k < n; k += per) {
@@ -255,7 +265,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
     char *o = cout >= 0 ? rx_slot_out(x, cout, &out_seq) : NULL;
     /* wbuf < 0 (recvReduceSend) keeps nothing: the result goes straight into the slot. */
     char *d = wbuf >= 0 ? rx_at(x, wbuf, lo + k) : o;
-    rx_move(x->run, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, d == o ? NULL : o);
+    rx_move(x->a, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, d == o ? NULL : o);
     __syncthreads();
     if (threadIdx.x == 0) {
       if (cout >= 0) rx_st(rx_fifo(x, cout)->tail, out_seq + 1);
@@ -265,14 +275,14 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
 }
 
 __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
-  size_t slo, dlo, n, per = x->run->slot_bytes / x->run->esize;
+  size_t slo, dlo, n, per = x->run->slot_bytes / x->a->esize;
   rx_tile(x, ridx, cnt, m, &slo, &n);
   rx_tile(x, widx, cnt, m, &dlo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->run, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, s);
+    rx_move(x->a, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, s);
     rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
@@ -283,13 +293,13 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
   rx_tile(x, ridx, cnt, m, &slo, &n);
   rx_tile(x, widx, cnt, m, &dlo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
-  rx_move(x->run, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, NULL);
+  rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, NULL);
   __syncthreads();
 }
 
 /* The emitted program's vocabulary, as in host.h. */
 #define RX_TB(r, b) __device__ static __noinline__ void rx_tb_##r##_##b(RxCtx *x)
-#define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
+#define RX_FOR_M for (int m = (x->m = 0); m < x->a->nmicro; m = ++x->m)
 #define RX_AT(i) ((void)(i))
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
@@ -308,8 +318,10 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_RANK_END(r) default: break; } }
 #define RX_RANK_EXTERN(r)
 #define RX_PROGRAM_BEGIN(n) \
-  extern "C" __global__ void rx_kernel(const RxRun *run) { \
-    RxCtx ctx = {run, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0}; \
+  extern "C" __global__ void rx_kernel(const __grid_constant__ RxArgs a) { \
+    const RxRun *run = a.run; \
+    int rank_ = run->block_rank[blockIdx.x]; \
+    RxCtx ctx = {run, &a, rank_, run->rank_local[rank_], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0, 0, 0}; \
     RxCtx *x = &ctx; \
     switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;

@@ -361,6 +361,11 @@ void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
 /* The table of ranks and their TBs; `externs` declares ranks emitted elsewhere. */
 void emit_table(const Plan *pl, int externs, Buf *out);
 
+/* ------------------------------------------------------------ artifact.c */
+
+/* Append the plan as the GPU runtime loads it: a header of numbers, then its CUDA. */
+rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e);
+
 /* ----------------------------------------------------------------- sim.c */
 
 /* Task-level: a TB runs each primitive over every micro-batch, then the next

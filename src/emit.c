@@ -106,18 +106,25 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   snprintf(num[3], 32, "%d", pl->ntbs);
   snprintf(num[4], 32, "%d", pl->nflags);
   prog_where(p, p->at, src, sizeof src);
-  const char *prims_name = tg == EMIT_HOST ? "host.h" : "cuda.cuh", *prims = tpl_text(prims_name);
-  if (!prims) {
-    buf_free(&body);
-    return err_set(e, RC_ETEMPLATE, "%s: no such template", prims_name);
+  /* The primitives: host.h, or for CUDA the runtime's ABI then cuda.cuh. */
+  const char *names[2] = {tg == EMIT_HOST ? "host.h" : "cuda_abi.h", tg == EMIT_HOST ? NULL : "cuda.cuh"};
+  Buf prims;
+  buf_init(&prims);
+  for (int i = 0; i < 2 && names[i]; i++) {
+    const char *t = tpl_text(names[i]);
+    if (!t) {
+      buf_free(&body), buf_free(&prims);
+      return err_set(e, RC_ETEMPLATE, "%s: no such template", names[i]);
+    }
+    buf_puts(&prims, t);
   }
   TplVar v[] = {
     {"name", p->name}, {"collective", coll_name(p->coll)}, {"ranks", num[0]},
     {"placement", pl->opt.inplace ? "in-place" : "out-of-place"}, {"tasks", num[1]}, {"subpipelines", num[2]},
     {"tbs", num[3]}, {"tb_policy", pl->opt.tb == TB_STATE ? "state-based" : "connection-based"},
-    {"flags", num[4]}, {"source", src}, {"prims", prims}, {"body", body.s},
+    {"flags", num[4]}, {"source", src}, {"prims", prims.s}, {"body", body.s},
   };
   rcStatus rc = tpl_fill(out, "program.c.tpl", tpl_text("program.c.tpl"), v, (int)(sizeof v / sizeof *v), e);
-  buf_free(&body);
+  buf_free(&body), buf_free(&prims);
   return rc;
 }

@@ -122,6 +122,21 @@ static int l_plan_emit(lua_State *L) {
   return 1;
 }
 
+/* plan:artifact() -> the plan as the GPU runtime loads it (artifact.c). */
+static int l_plan_artifact(lua_State *L) {
+  Plan *pl = &checkplan(L, 1)->pl;
+  Buf b;
+  buf_init(&b);
+  Err e;
+  if (plan_artifact(pl, &b, &e) != RC_OK) {
+    buf_free(&b);
+    return l_fail(L, &e);
+  }
+  lua_pushlstring(L, b.s, b.n);
+  buf_free(&b);
+  return 1;
+}
+
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=,
               gpu=, ndev=, threads=, iters=, channels=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
@@ -279,7 +294,7 @@ void l_plan_open(lua_State *L) {
                                   {NULL, NULL}};
   static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
                                      {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {"tbs", l_plan_tbs},
-                                     {NULL, NULL}};
+                                     {"artifact", l_plan_artifact}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"compile", l_compile}, {NULL, NULL}};

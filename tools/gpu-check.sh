@@ -20,10 +20,19 @@ if [ -d .deps/debs ] && [ ! -f /usr/include/lua5.4/lua.h ]; then
 fi
 nvidia-smi -L | tee "$out/gpus.txt"
 ngpu=$(nvidia-smi -L | grep -c GPU)
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF ${prefix:-} >"$out/build.log" 2>&1 &&
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${prefix:-} >"$out/build.log" 2>&1 &&
   cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 bin=build-gpu/resccl
 fail=0
+[ -f build-gpu/libresccl.so ] || { echo "libresccl was not built (no CUDA toolkit found)"; exit 1; }
+export RESCCL_CACHE="$out/cache" # every kernel built by NVRTC in this run
+# The runtime's C API: the collectives on every GPU, then 4 ranks sharing them.
+if [ "${CHECKS:-1}" = 1 ]; then
+  (cd build-gpu && ctest -L gpu --output-on-failure) >"$out/ctest-gpu.txt" 2>&1 || fail=1
+  RANKS=4 tests/runtime.sh "$bin" build-gpu/tests/test_runtime run >"$out/runtime-r4.txt" 2>&1 || fail=1
+  printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(tail -1 "$out/ctest-gpu.txt" | cut -c1-60)"
+  printf '%-44s %s\n' "C API, 4 ranks on $ngpu GPUs" "$(tail -1 "$out/runtime-r4.txt")"
+fi
 channels=${CHANNELS:-4 8 12 16}
 check() { # name args...
   name=$1
@@ -41,6 +50,14 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
   check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
+fi
+# compute-sanitizer on a small case: memory errors, and shared-memory races.
+if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    if compute-sanitizer --tool $tool --error-exitcode 9 "$bin" run algorithms/allreduce_ring.lua ranks=2 ndev=1 \
+      count=4099 nmicro=2 slots=2 slot_bytes=4096 iters=0 --gpu >"$out/sanitizer-$tool.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+    printf '%-44s %s  %s\n' "compute-sanitizer $tool" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool.txt" | tail -1)"
+  done
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 

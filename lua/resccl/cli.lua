@@ -36,6 +36,8 @@ options:
   --fuse auto|always|never   fuse a receive with the send it feeds: auto
                          (default) drops fusion when it would deadlock
   --emit host|cuda       print the emitted program (compile)
+  --plan FILE            compile: write the plan the GPU runtime loads
+                         (libresccl's resccl_plan_load), every placement
   --gpu                  run: execute the emitted CUDA on the GPUs (ndev=N spreads
                          the ranks over N GPUs, iters=N timed runs, channels=K
                          blocks per TB)
@@ -99,6 +101,7 @@ local function parse(argv)
     elseif a == "--gpu" then o.gpu = true
     elseif a == "-o" or a == "--output" then o.output = value(a)
     elseif a == "--msccl-xml" then o.msccl_xml = value(a)
+    elseif a == "--plan" then o.plan = value(a)
     elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
@@ -170,8 +173,35 @@ end
 
 -- ---------------------------------------------------------------- compile
 
+-- Write the runtime's plan file: one section per placement the algorithm
+-- supports, written whole or not at all.
+function M.write_plan(o, alg, prog, topo, path)
+  local text = {}
+  for _, inplace in ipairs { false, true } do
+    if not inplace or alg.inplace then
+      local plan, err = resccl.compile(prog, topo, compile_opts(o, inplace))
+      if err then error(err, 0) end
+      text[#text + 1] = plan:artifact()
+    end
+  end
+  local tmp = path .. ".tmp"
+  local f, ferr = io.open(tmp, "wb")
+  if not f then error(ferr, 0) end
+  local ok, werr = f:write(table.concat(text))
+  f:close()
+  if ok then ok, werr = os.rename(tmp, path) end
+  if not ok then
+    os.remove(tmp)
+    error(("cannot write %s: %s"):format(path, werr), 0)
+  end
+end
+
 function M.compile(o)
   local alg, prog, topo = build(o)
+  if o.plan then
+    M.write_plan(o, alg, prog, topo, o.plan)
+    return 0
+  end
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if o.json then
     -- what every GPU compiles: each rank's kernel, emitted on its own

@@ -1,0 +1,92 @@
+/*
+** resccl.h — the GPU runtime's C API (libresccl), shaped like NCCL's.
+**
+** A communicator is one rank on one GPU. resccl_comm_init_all makes one per
+** GPU of this process (a device may appear more than once: virtual ranks).
+** A plan is a compiled collective (`resccl compile ALG.lua --plan FILE`):
+** kernel source plus the connections it needs. Loading a plan on a
+** communicator loads it for every communicator of the same init_all call,
+** builds the kernel (NVRTC, cached on disk by source hash and GPU arch) and
+** allocates its FIFOs once. A collective call then enqueues one kernel on
+** the caller's stream, asynchronously, as NCCL does, and is capturable into
+** a CUDA graph. Calls between resccl_group_start and resccl_group_end are
+** launched together: one kernel per GPU holding all of that GPU's ranks, which
+** is required when ranks share a GPU and lets one thread drive many GPUs.
+**
+** Errors: every call returns a resccl_result_t; resccl_get_error_string
+** names it and resccl_get_last_error says what went wrong. RESCCL_DEBUG=INFO
+** prints setup and launches to stderr. A collective that makes no progress
+** for RESCCL_TIMEOUT seconds (default 60; 0 = never) stops its kernel and
+** resccl_comm_get_async_error reports resccl_timeout.
+*/
+#ifndef RESCCL_H
+#define RESCCL_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RESCCL_MAJOR 0
+#define RESCCL_MINOR 1
+
+typedef struct resccl_comm *resccl_comm_t;
+typedef struct CUstream_st *resccl_stream_t; /* the same type as cudaStream_t */
+
+typedef enum {
+  resccl_success = 0,
+  resccl_unhandled_cuda_error = 1, /* a CUDA call failed */
+  resccl_system_error = 2,         /* the OS: files, memory, the kernel compiler */
+  resccl_internal_error = 3,
+  resccl_invalid_argument = 4,     /* a null or misaligned buffer, an unknown dtype or op */
+  resccl_invalid_usage = 5,        /* no plan for this collective, a plan for other ranks */
+  resccl_timeout = 6,              /* no progress for RESCCL_TIMEOUT seconds */
+  resccl_in_progress = 7,
+  resccl_num_results
+} resccl_result_t;
+
+/* NCCL's order, so ncclDataType_t values convert by cast. */
+typedef enum {
+  resccl_int8 = 0, resccl_uint8 = 1, resccl_int32 = 2, resccl_uint32 = 3, resccl_int64 = 4,
+  resccl_uint64 = 5, resccl_float16 = 6, resccl_float32 = 7, resccl_float64 = 8, resccl_bfloat16 = 9,
+  resccl_num_types
+} resccl_datatype_t;
+
+typedef enum { resccl_sum = 0, resccl_prod = 1, resccl_max = 2, resccl_min = 3, resccl_avg = 4, resccl_num_ops } resccl_red_op_t;
+
+const char *resccl_get_error_string(resccl_result_t result);
+/* The message of this thread's last failed call ("" if none). */
+const char *resccl_get_last_error(void);
+
+resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist);
+resccl_result_t resccl_comm_destroy(resccl_comm_t comm);
+resccl_result_t resccl_comm_count(resccl_comm_t comm, int *count);
+resccl_result_t resccl_comm_user_rank(resccl_comm_t comm, int *rank);
+resccl_result_t resccl_comm_cu_device(resccl_comm_t comm, int *device);
+resccl_result_t resccl_comm_get_async_error(resccl_comm_t comm, resccl_result_t *async_error);
+
+/* Load a plan file for every communicator of comm's group; one plan per collective kind. */
+resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path);
+/* Thread blocks per GPU the loaded plan for `collective` ("allreduce", ...) launches per rank. */
+resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *collective, int *blocks);
+
+resccl_result_t resccl_group_start(void);
+resccl_result_t resccl_group_end(void);
+
+resccl_result_t resccl_all_reduce(const void *sendbuff, void *recvbuff, size_t count, resccl_datatype_t datatype,
+                                  resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream);
+resccl_result_t resccl_all_gather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                  resccl_datatype_t datatype, resccl_comm_t comm, resccl_stream_t stream);
+resccl_result_t resccl_reduce_scatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                      resccl_datatype_t datatype, resccl_red_op_t op, resccl_comm_t comm,
+                                      resccl_stream_t stream);
+/* count elements go to each peer: sendbuff and recvbuff hold nranks * count. */
+resccl_result_t resccl_all_to_all(const void *sendbuff, void *recvbuff, size_t count, resccl_datatype_t datatype,
+                                  resccl_comm_t comm, resccl_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

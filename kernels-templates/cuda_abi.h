@@ -1,0 +1,56 @@
+/*
+** cuda_abi.h — what the GPU runtime (src/runtime/runtime.c, plain C) and the
+** emitted kernels (cuda.cuh) share: the layout of a loaded plan on one GPU
+** and of one call's kernel argument. The emitter puts this file before
+** cuda.cuh, so a program stays one self-contained source for NVRTC.
+*/
+#ifndef RX_CUDA_ABI_H
+#define RX_CUDA_ABI_H
+
+#ifdef __CUDACC_RTC__ /* NVRTC has no C library headers */
+typedef unsigned long size_t;
+typedef unsigned long uintptr_t;
+typedef int int32_t;
+typedef long long int64_t;
+#else
+#include <stddef.h>
+#include <stdint.h>
+#endif
+
+enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
+enum { RX_F32, RX_I32, RX_F64, RX_I64 };
+enum { RX_SUM, RX_MAX, RX_MIN, RX_PROD };
+
+typedef struct {
+  unsigned long long *tail; /* receiver's memory */
+  unsigned long long *head; /* sender's memory */
+  char *slots;              /* receiver's memory: nslots * slot_bytes */
+} RxFifo;
+
+/* What a loaded plan keeps on one GPU, in its memory, from call to call. */
+typedef struct RxRun {
+  int nranks, chunks, nslots, nchan;
+  size_t slot_bytes;
+  RxFifo *fifo;            /* per connection and channel: [conn * nchan + chan] */
+  unsigned *flag;          /* per flag and channel: micro-batches finished since the plan was loaded */
+  const int *block_rank;   /* per block of the launch: its rank, TB and channel */
+  const int *block_tb;
+  const int *block_chan;
+  const int *rank_local;   /* per rank: its index among the ranks of its GPU (RxArgs.buf) */
+  volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
+} RxRun;
+
+#define RX_MAXLOCAL 32 /* ranks one GPU may hold in one launch */
+
+/* One call, passed by value: buffers of the GPU's ranks (by local index),
+   sizes, and where this call's flag counts start. */
+typedef struct RxArgs {
+  const RxRun *run;
+  char *buf[RX_MAXLOCAL][3];
+  size_t count, esize;
+  unsigned base;
+  int nmicro, dtype, op;
+  unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
+} RxArgs;
+
+#endif

@@ -1,0 +1,55 @@
+/*
+** artifact.c — a compiled plan as the GPU runtime loads it (src/runtime):
+** one section per placement, each a few lines of numbers then the emitted
+** CUDA source. Text, so a person can read what the runtime will set up:
+**
+**   resccl-plan 1
+**   name allreduce_ring
+**   collective allreduce
+**   placement out-of-place         (or in-place)
+**   ranks 2
+**   chunks 2                       (chunks per row of `count` elements)
+**   bufchunks 2 2 0                (chunks per rank of input, output, scratch)
+**   fifo-tiles 0                   (tiles a FIFO must hold: 0 = any size works)
+**   maxcnt 1                       (most chunks one transfer moves)
+**   tbs 2 2                        (TBs per rank)
+**   conns 2                        (then one "src dst" line each)
+**   flags 2                        (then one line each: the rank that holds it)
+**   source 12345                   (then exactly that many bytes of CUDA)
+*/
+#include <stdlib.h>
+
+#include "core.h"
+
+rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
+  const Program *p = pl->prog;
+  Buf src;
+  buf_init(&src);
+  rcStatus rc = emit_program(pl, EMIT_CUDA, &src, e);
+  if (rc != RC_OK) {
+    buf_free(&src);
+    return rc;
+  }
+  buf_printf(out, "resccl-plan 1\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
+             coll_name(p->coll), pl->opt.inplace ? "in-place" : "out-of-place", p->nranks, p->chunks);
+  buf_printf(out, "bufchunks %d %d %d\n", prog_bufchunks(p, BUF_INPUT), prog_bufchunks(p, BUF_OUTPUT),
+             prog_bufchunks(p, BUF_SCRATCH));
+  /* Hand-placed plans were verified with FIFOs that hold two tiles (verify.c). */
+  int maxcnt = 1;
+  for (int t = 0; t < pl->dag.n; t++) maxcnt = pl->dag.t[t].cnt > maxcnt ? pl->dag.t[t].cnt : maxcnt;
+  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\ntbs", pl->opt.tb == TB_MANUAL ? 2 : 0, maxcnt);
+  for (int r = 0; r < p->nranks; r++) buf_printf(out, " %d", pl->ntb[r]);
+  buf_printf(out, "\nconns %d\n", pl->nconn);
+  for (int c = 0; c < pl->nconn; c++) buf_printf(out, "%d %d\n", pl->conn[c].src, pl->conn[c].dst);
+  int *owner = xcalloc((size_t)pl->nflags + 1, sizeof *owner);
+  for (int i = 0; i < pl->np; i++)
+    if (pl->p[i].flag >= 0) owner[pl->p[i].flag] = pl->p[i].rank;
+  buf_printf(out, "flags %d\n", pl->nflags);
+  for (int f = 0; f < pl->nflags; f++) buf_printf(out, "%d\n", owner[f]);
+  free(owner);
+  buf_printf(out, "source %zu\n", src.n);
+  buf_add(out, src.s, src.n);
+  buf_puts(out, "\n");
+  buf_free(&src);
+  return RC_OK;
+}

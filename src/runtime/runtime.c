@@ -1,0 +1,761 @@
+/*
+** runtime.c — libresccl: communicators, plans and collective calls on GPUs
+** (API in include/resccl.h).
+**
+** A group is the set of communicators one resccl_comm_init_all made; it owns
+** the loaded plans. Loading a plan reads the plan file (src/artifact.c
+** writes it), builds each placement's kernel with NVRTC for every GPU's arch
+** (cubins cached on disk), and allocates what lives as long as the plan:
+** per connection and channel a FIFO in the receiver's memory, per GPU the
+** flags and the block tables. A call only fills the kernel argument (RxArgs,
+** kernels-templates/cuda_abi.h) and launches, so it is asynchronous and
+** capturable. Inside resccl_group_start/end calls are queued and launched
+** per GPU together, so that ranks sharing a GPU run in one kernel.
+*/
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nvrtc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime.h"
+#include "../../kernels-templates/cuda_abi.h"
+
+/* ------------------------------------------------------------ errors */
+
+static __thread char last_error[1024];
+
+static int debug_on(void) {
+  const char *d = getenv("RESCCL_DEBUG");
+  return d && (!strcmp(d, "INFO") || !strcmp(d, "TRACE"));
+}
+
+#define INFO(...)                                 \
+  do {                                            \
+    if (debug_on()) {                             \
+      fprintf(stderr, "resccl INFO " __VA_ARGS__); \
+      fputc('\n', stderr);                        \
+    }                                             \
+  } while (0)
+
+resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  if (debug_on()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
+  return rc;
+}
+
+const char *resccl_get_error_string(resccl_result_t r) {
+  static const char *const names[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
+                                      "invalid argument", "invalid usage", "timeout: no progress", "in progress"};
+  return (unsigned)r < resccl_num_results ? names[r] : "unknown result code";
+}
+
+const char *resccl_get_last_error(void) { return last_error; }
+
+#define CU(call)                                                                                    \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess)                                                                          \
+      return rt_fail(resccl_unhandled_cuda_error, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_), \
+                     __FILE__, __LINE__);                                                           \
+  } while (0)
+
+/*
+** The driver API, reached through the CUDA runtime (cudart is linked
+** statically and loads the driver itself), so that libresccl loads on a
+** machine without a GPU driver and says so instead of failing to link.
+*/
+static struct {
+  CUresult (*load)(CUmodule *, const void *);
+  CUresult (*unload)(CUmodule);
+  CUresult (*function)(CUfunction *, CUmodule, const char *);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                     void **, void **);
+  CUresult (*occupancy)(int *, CUfunction, int, size_t);
+  CUresult (*error_string)(CUresult, const char **);
+} drv;
+
+static resccl_result_t drv_open(void) {
+  if (drv.launch) return resccl_success;
+  static const char *const names[] = {"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
+                                      "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuGetErrorString"};
+  void **slots[] = {(void **)&drv.load, (void **)&drv.unload, (void **)&drv.function, (void **)&drv.launch,
+                    (void **)&drv.occupancy, (void **)&drv.error_string};
+  for (int i = 0; i < 6; i++) {
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion(names[i], &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn) {
+      drv.launch = NULL;
+      return rt_fail(resccl_unhandled_cuda_error, "the CUDA driver has no %s", names[i]);
+    }
+    *slots[i] = fn;
+  }
+  return resccl_success;
+}
+
+#define CUDRV(call)                                                                        \
+  do {                                                                                     \
+    CUresult e_ = (call);                                                                  \
+    if (e_ != CUDA_SUCCESS) {                                                              \
+      const char *s_ = "?";                                                                \
+      drv.error_string(e_, &s_);                                                           \
+      return rt_fail(resccl_unhandled_cuda_error, "%s: %s (%s:%d)", #call, s_, __FILE__, __LINE__); \
+    }                                                                                      \
+  } while (0)
+
+#define TRY(call)                          \
+  do {                                     \
+    resccl_result_t r_ = (call);           \
+    if (r_ != resccl_success) return r_;   \
+  } while (0)
+
+/* ------------------------------------------------------------ objects */
+
+enum { MAXDEV = 64 };
+
+/* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
+typedef struct {
+  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, nconn, nflags, nchan;
+  int *ntb, *csrc, *cdst, *flag_rank;
+  char *src;
+  struct {
+    CUmodule mod;
+    CUfunction fn;
+    RxRun *run;       /* device copy */
+    int nblocks;
+    unsigned base;    /* flag counts start here for the next call */
+  } dev[MAXDEV];
+  void **allocs;      /* every device allocation, for unloading */
+  int nallocs;
+  char **scratch;     /* per rank, grown on demand */
+  size_t *scratch_bytes;
+} Variant;
+
+typedef struct RtPlan {
+  char name[64], coll[32];
+  Variant *v[2];      /* [inplace] */
+  RtConf conf;
+  struct RtPlan *next;
+} RtPlan;
+
+typedef struct {
+  int n, ndevs;
+  struct resccl_comm *comms;
+  int dev[MAXDEV];    /* the distinct CUDA devices, in order of first use */
+  RtPlan *plans;
+  int *stop;          /* mapped host memory: a kernel gave up waiting */
+  int live;           /* communicators not yet destroyed */
+} Group;
+
+struct resccl_comm {
+  Group *g;
+  int rank, cudev, d; /* d: index into g->dev */
+  int local;          /* index among the ranks on the same GPU */
+};
+
+/* ------------------------------------------------------------ init */
+
+static int env_int(const char *name, int dflt) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : dflt;
+}
+
+void rt_conf_env(RtConf *c) {
+  c->nchan = env_int("RESCCL_NCHANNELS", 0);
+  c->threads = env_int("RESCCL_THREADS", 512);
+  c->nslots = env_int("RESCCL_SLOTS", 4);
+  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 512 << 10);
+  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 4 << 20);
+  c->nmicro = env_int("RESCCL_NMICRO", 0);
+  const char *t = getenv("RESCCL_TIMEOUT");
+  c->timeout_s = t && *t ? atof(t) : 60;
+}
+
+resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
+  if (!comms || ndev < 1) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: no communicators asked for");
+  int count = 0;
+  CU(cudaGetDeviceCount(&count));
+  TRY(drv_open());
+  Group *g = calloc(1, sizeof *g);
+  struct resccl_comm *c = calloc((size_t)ndev, sizeof *c);
+  if (!g || !c) return free(g), free(c), rt_fail(resccl_system_error, "out of memory");
+  g->n = g->live = ndev, g->comms = c;
+  int perdev[MAXDEV] = {0};
+  for (int r = 0; r < ndev; r++) {
+    int d = devlist ? devlist[r] : r;
+    if (d < 0 || d >= count) {
+      free(g), free(c);
+      return rt_fail(resccl_invalid_argument, "rank %d: no CUDA device %d (%d present)", r, d, count);
+    }
+    int k = 0;
+    while (k < g->ndevs && g->dev[k] != d) k++;
+    if (k == g->ndevs) {
+      if (k == MAXDEV) return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d GPUs", MAXDEV);
+      g->dev[g->ndevs++] = d;
+    }
+    if (perdev[k] == RX_MAXLOCAL)
+      return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d ranks on GPU %d", RX_MAXLOCAL, d);
+    c[r] = (struct resccl_comm){g, r, d, k, perdev[k]++};
+  }
+  /* Peer access between every pair of GPUs: FIFOs are written across them. */
+  for (int a = 0; a < g->ndevs; a++) {
+    CU(cudaSetDevice(g->dev[a]));
+    for (int b = 0; b < g->ndevs; b++) {
+      if (a == b) continue;
+      int ok = 0;
+      CU(cudaDeviceCanAccessPeer(&ok, g->dev[a], g->dev[b]));
+      if (!ok) return rt_fail(resccl_invalid_usage, "GPU %d cannot reach GPU %d (no peer access)", g->dev[a], g->dev[b]);
+      cudaError_t e = cudaDeviceEnablePeerAccess(g->dev[b], 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CU(e);
+      cudaGetLastError();
+    }
+  }
+  CU(cudaHostAlloc((void **)&g->stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  *g->stop = 0;
+  for (int r = 0; r < ndev; r++) comms[r] = &c[r];
+  INFO("init: %d ranks on %d GPUs", ndev, g->ndevs);
+  return resccl_success;
+}
+
+resccl_result_t resccl_comm_count(resccl_comm_t c, int *n) {
+  if (!c || !n) return rt_fail(resccl_invalid_argument, "null argument");
+  return *n = c->g->n, resccl_success;
+}
+
+resccl_result_t resccl_comm_user_rank(resccl_comm_t c, int *r) {
+  if (!c || !r) return rt_fail(resccl_invalid_argument, "null argument");
+  return *r = c->rank, resccl_success;
+}
+
+resccl_result_t resccl_comm_cu_device(resccl_comm_t c, int *d) {
+  if (!c || !d) return rt_fail(resccl_invalid_argument, "null argument");
+  return *d = c->cudev, resccl_success;
+}
+
+resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *err) {
+  if (!c || !err) return rt_fail(resccl_invalid_argument, "null argument");
+  *err = *(volatile int *)c->g->stop ? resccl_timeout : resccl_success;
+  return resccl_success;
+}
+
+/* ------------------------------------------------------------ plan files */
+
+static void variant_free(Group *g, Variant *v) {
+  if (!v) return;
+  for (int d = 0; g && d < g->ndevs; d++)
+    if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
+  for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
+  for (int r = 0; v->scratch && r < v->nranks; r++) cudaFree(v->scratch[r]);
+  free(v->allocs), free(v->scratch), free(v->scratch_bytes);
+  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->src), free(v);
+}
+
+static int read_ints(FILE *f, const char *key, int *out, int n) {
+  char word[32];
+  if (fscanf(f, " %31s", word) != 1 || strcmp(word, key)) return 0;
+  for (int i = 0; i < n; i++)
+    if (fscanf(f, " %d", &out[i]) != 1) return 0;
+  return 1;
+}
+
+/* One section of a plan file; *v NULL at the end of the file. */
+static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Variant **out) {
+  char word[64], placement[32];
+  int version;
+  *out = NULL;
+  if (fscanf(f, " %63s", word) != 1) return resccl_success;
+#define BAD(what) return variant_free(NULL, v), rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (%s)", path, what)
+  Variant *v = calloc(1, sizeof *v);
+  if (!v) return rt_fail(resccl_system_error, "out of memory");
+  if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1 || version != 1) BAD("header");
+  if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
+  v->inplace = !strcmp(placement, "in-place");
+  if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
+      !read_ints(f, "bufchunks", v->bufchunks, 3) || !read_ints(f, "fifo-tiles", &v->fifo_tiles, 1) ||
+      !read_ints(f, "maxcnt", &v->maxcnt, 1))
+    BAD("sizes");
+  if (v->nranks < 1 || v->nranks > 1 << 16 || v->chunks < 1 || v->maxcnt < 1) BAD("sizes");
+  v->ntb = malloc(sizeof(int) * (size_t)v->nranks);
+  if (!read_ints(f, "tbs", v->ntb, v->nranks) || !read_ints(f, "conns", &v->nconn, 1) || v->nconn < 0) BAD("tbs");
+  v->csrc = malloc(sizeof(int) * ((size_t)v->nconn + 1)), v->cdst = malloc(sizeof(int) * ((size_t)v->nconn + 1));
+  for (int c = 0; c < v->nconn; c++)
+    if (fscanf(f, " %d %d", &v->csrc[c], &v->cdst[c]) != 2 || (unsigned)v->csrc[c] >= (unsigned)v->nranks ||
+        (unsigned)v->cdst[c] >= (unsigned)v->nranks)
+      BAD("conns");
+  if (!read_ints(f, "flags", &v->nflags, 1) || v->nflags < 0) BAD("flags");
+  v->flag_rank = malloc(sizeof(int) * ((size_t)v->nflags + 1));
+  for (int i = 0; i < v->nflags; i++)
+    if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
+  size_t n;
+  if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
+  v->src = malloc(n + 1);
+  if (!v->src || fread(v->src, 1, n, f) != n) BAD("source truncated");
+  v->src[n] = '\0';
+#undef BAD
+  *out = v;
+  return resccl_success;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+static uint64_t fnv1a(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static void cache_path(char *out, size_t n, const char *src, int arch) {
+  const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
+  char dir[512] = "";
+  if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/resccl", home);
+  if (!*dir) return (void)(*out = '\0');
+  /* mkdir -p, one level at a time */
+  for (char *p = dir + 1; *p; p++)
+    if (*p == '/') *p = '\0', mkdir(dir, 0755), *p = '/';
+  mkdir(dir, 0755);
+  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)fnv1a(src, strlen(src)), arch);
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = len > 0 ? malloc((size_t)len) : NULL;
+  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) free(b), b = NULL;
+  fclose(f);
+  *n = b ? (size_t)len : 0;
+  return b;
+}
+
+/* The cubin of `src` for sm_<arch>: from the cache, else from NVRTC (then cached). */
+resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n) {
+  char cached[700];
+  cache_path(cached, sizeof cached, src, arch);
+  if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
+  nvrtcProgram prog;
+  if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+    return rt_fail(resccl_system_error, "NVRTC cannot create a program");
+  char archopt[40], inc[600];
+  const char *home = getenv("CUDA_HOME");
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
+  snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
+  const char *opts[] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
+  double t0 = (double)clock();
+  nvrtcResult rc = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts), opts);
+  if (rc != NVRTC_SUCCESS) {
+    size_t ln = 0;
+    nvrtcGetProgramLogSize(prog, &ln);
+    char *log = malloc(ln + 1);
+    nvrtcGetProgramLog(prog, log);
+    log[ln] = '\0';
+    resccl_result_t r = rt_fail(resccl_system_error, "NVRTC: %s: %.800s", nvrtcGetErrorString(rc), log);
+    free(log), nvrtcDestroyProgram(&prog);
+    return r;
+  }
+  nvrtcGetCUBINSize(prog, n);
+  *cubin = malloc(*n);
+  nvrtcGetCUBIN(prog, *cubin);
+  nvrtcDestroyProgram(&prog);
+  INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
+       ((double)clock() - t0) * 1e3 / CLOCKS_PER_SEC);
+  if (*cached) { /* into the cache atomically: write aside, rename */
+    char tmp[720];
+    snprintf(tmp, sizeof tmp, "%s.%d", cached, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (f && fwrite(*cubin, 1, *n, f) == *n && fclose(f) == 0) rename(tmp, cached);
+    else if (f) fclose(f), remove(tmp);
+  }
+  return resccl_success;
+}
+
+static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes) {
+  void **a = realloc(v->allocs, sizeof *a * ((size_t)v->nallocs + 1));
+  if (!a) return rt_fail(resccl_system_error, "out of memory");
+  v->allocs = a;
+  CU(cudaMalloc((void **)p, bytes ? bytes : 1));
+  CU(cudaMemset(*(void **)p, 0, bytes ? bytes : 1));
+  v->allocs[v->nallocs++] = *(void **)p;
+  return resccl_success;
+}
+
+/* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
+static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
+  int maxtb = 1;
+  for (int r = 0; r < v->nranks; r++) maxtb = v->ntb[r] > maxtb ? v->ntb[r] : maxtb;
+  int K = v->nchan = cf->nchan > 0 ? cf->nchan : (24 / maxtb > 0 ? 24 / maxtb : 1);
+  /* FIFOs: slots and tail with the receiver, head with the sender. */
+  int nf = v->nconn * K;
+  RxFifo *fifo = calloc((size_t)nf + 1, sizeof *fifo);
+  if (!fifo) return rt_fail(resccl_system_error, "out of memory");
+  for (int i = 0; i < nf; i++) {
+    struct resccl_comm *dst = &g->comms[v->cdst[i / K]], *src = &g->comms[v->csrc[i / K]];
+    CU(cudaSetDevice(dst->cudev));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes));
+    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long)));
+    CU(cudaSetDevice(src->cudev));
+    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long)));
+  }
+  int *local = malloc(sizeof(int) * (size_t)v->nranks);
+  for (int r = 0; r < v->nranks; r++) local[r] = g->comms[r].local;
+  resccl_result_t res = resccl_success;
+  for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
+    CU(cudaSetDevice(g->dev[d]));
+    CU(cudaFree(0)); /* the primary context, current for the driver API */
+    int major = 0, minor = 0, sms = 0;
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->dev[d]));
+    CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->dev[d]));
+    CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev[d]));
+    char *cubin;
+    size_t n;
+    TRY(rt_cubin(v->src, major * 10 + minor, &cubin, &n));
+    CUresult cr = drv.load(&v->dev[d].mod, cubin);
+    free(cubin);
+    CUDRV(cr);
+    CUDRV(drv.function(&v->dev[d].fn, v->dev[d].mod, "rx_kernel"));
+    /* Blocks: every TB of every rank on this GPU, nchan times. */
+    int nb = 0;
+    for (int r = 0; r < v->nranks; r++)
+      if (g->comms[r].d == d) nb += v->ntb[r] * K;
+    int *tab = malloc(sizeof(int) * (3 * (size_t)nb + 1)), k = 0;
+    for (int r = 0; r < v->nranks; r++)
+      if (g->comms[r].d == d)
+        for (int b = 0; b < v->ntb[r]; b++)
+          for (int c = 0; c < K; c++, k++) tab[k] = r, tab[nb + k] = b, tab[2 * nb + k] = c;
+    int per_sm = 0;
+    CUDRV(drv.occupancy(&per_sm, v->dev[d].fn, cf->threads, 0));
+    if (nb > per_sm * sms) {
+      free(tab);
+      res = rt_fail(resccl_invalid_usage, "GPU %d would need %d resident blocks (%d TBs x %d channels) and holds %d: "
+                    "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
+      break;
+    }
+    RxRun run;
+    memset(&run, 0, sizeof run);
+    run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nchan = K;
+    run.slot_bytes = cf->slot_bytes;
+    int *dtab, *dlocal;
+    TRY(dev_alloc(v, &dtab, sizeof(int) * (3 * (size_t)nb + 1)));
+    TRY(dev_alloc(v, &dlocal, sizeof(int) * (size_t)v->nranks));
+    TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
+    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * K + 1)));
+    CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dlocal, local, sizeof(int) * (size_t)v->nranks, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
+    free(tab);
+    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.rank_local = dlocal;
+    CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
+    TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
+    CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
+    v->dev[d].nblocks = nb;
+    INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d connections x %d channels", v->inplace ? "in-place" : "out-of-place",
+         g->dev[d], nb, per_sm, v->nconn, K);
+  }
+  free(fifo), free(local);
+  if (res == resccl_success) {
+    v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
+    v->scratch_bytes = calloc((size_t)v->nranks, sizeof *v->scratch_bytes);
+  }
+  return res;
+}
+
+static void plan_unload(Group *g, RtPlan *p) {
+  for (int i = 0; i < 2; i++) variant_free(g, p->v[i]);
+  free(p);
+}
+
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
+  if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
+  Group *g = comm->g;
+  FILE *f = fopen(path, "rb");
+  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
+  RtPlan *p = calloc(1, sizeof *p);
+  p->conf = *conf;
+  resccl_result_t rc = resccl_success;
+  for (;;) {
+    Variant *v;
+    if ((rc = read_variant(f, path, p, &v)) != resccl_success || !v) break;
+    if (v->nranks != g->n) {
+      rc = rt_fail(resccl_invalid_usage, "%s: plan for %d ranks, communicator has %d", path, v->nranks, g->n);
+      variant_free(g, v);
+      break;
+    }
+    variant_free(g, p->v[v->inplace]);
+    p->v[v->inplace] = v;
+  }
+  fclose(f);
+  if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
+  for (int i = 0; i < 2 && rc == resccl_success; i++)
+    if (p->v[i]) rc = variant_setup(g, p->v[i], conf);
+  if (rc != resccl_success) return plan_unload(g, p), rc;
+  /* A new plan for a collective replaces the old one. */
+  for (RtPlan **q = &g->plans; *q; q = &(*q)->next)
+    if (!strcmp((*q)->coll, p->coll)) {
+      RtPlan *old = *q;
+      *q = old->next;
+      for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
+      plan_unload(g, old);
+      break;
+    }
+  p->next = g->plans, g->plans = p;
+  INFO("loaded %s (%s) from %s", p->name, p->coll, path);
+  return resccl_success;
+}
+
+resccl_result_t rt_plan_build(const char *path, int arch) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
+  RtPlan p;
+  Variant *v;
+  resccl_result_t rc;
+  int n = 0;
+  while ((rc = read_variant(f, path, &p, &v)) == resccl_success && v) {
+    char *cubin;
+    size_t len;
+    rc = rt_cubin(v->src, arch, &cubin, &len);
+    variant_free(NULL, v);
+    if (rc != resccl_success) break;
+    free(cubin), n++;
+  }
+  fclose(f);
+  return rc == resccl_success && n == 0 ? rt_fail(resccl_invalid_argument, "%s: no plan in the file", path) : rc;
+}
+
+resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
+  RtConf c;
+  rt_conf_env(&c);
+  return rt_plan_load(comm, path, &c);
+}
+
+static RtPlan *plan_for(Group *g, const char *coll) {
+  RtPlan *p = g->plans;
+  while (p && strcmp(p->coll, coll)) p = p->next;
+  return p;
+}
+
+resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {
+  if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
+  RtPlan *p = plan_for(comm->g, coll);
+  if (!p) return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
+  Variant *v = p->v[0] ? p->v[0] : p->v[1];
+  *blocks = v->ntb[comm->rank] * v->nchan;
+  return resccl_success;
+}
+
+resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
+  if (!comm) return resccl_success;
+  Group *g = comm->g;
+  if (--g->live > 0) return resccl_success;
+  for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
+  while (g->plans) {
+    RtPlan *p = g->plans;
+    g->plans = p->next;
+    plan_unload(g, p);
+  }
+  cudaFreeHost(g->stop);
+  free(g->comms), free(g);
+  return resccl_success;
+}
+
+/* ------------------------------------------------------------ calls */
+
+static const struct {
+  int code;     /* RX_* in cuda_abi.h, -1: not supported yet */
+  size_t size;
+  int integer;
+} dtypes[resccl_num_types] = {
+  [resccl_int8] = {-1, 1, 1},  [resccl_uint8] = {-1, 1, 1},   [resccl_int32] = {RX_I32, 4, 1},
+  [resccl_uint32] = {-1, 4, 1}, [resccl_int64] = {RX_I64, 8, 1}, [resccl_uint64] = {-1, 8, 1},
+  [resccl_float16] = {-1, 2, 0}, [resccl_float32] = {RX_F32, 4, 0}, [resccl_float64] = {RX_F64, 8, 0},
+  [resccl_bfloat16] = {-1, 2, 0},
+};
+static const int opcodes[resccl_num_ops] = {[resccl_sum] = RX_SUM, [resccl_prod] = RX_PROD, [resccl_max] = RX_MAX,
+                                            [resccl_min] = RX_MIN, [resccl_avg] = -1};
+
+typedef struct {
+  resccl_comm_t comm;
+  Variant *v;
+  RtPlan *plan;
+  char *buf[3];
+  size_t count, esize;
+  int nmicro, dtype, op;
+  cudaStream_t stream;
+} Call;
+
+static struct {
+  int depth;
+  Call *q;
+  int n, cap;
+} group;
+
+static resccl_result_t launch(Call *calls, int n);
+
+resccl_result_t resccl_group_start(void) {
+  group.depth++;
+  return resccl_success;
+}
+
+resccl_result_t resccl_group_end(void) {
+  if (group.depth == 0) return rt_fail(resccl_invalid_usage, "resccl_group_end without resccl_group_start");
+  if (--group.depth > 0) return resccl_success;
+  resccl_result_t rc = group.n ? launch(group.q, group.n) : resccl_success;
+  group.n = 0;
+  return rc;
+}
+
+/* The scratch buffer of (v, rank) holds at least `bytes`. */
+static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, char **out) {
+  if (bytes > v->scratch_bytes[c->rank]) {
+    CU(cudaSetDevice(c->cudev));
+    if (v->scratch[c->rank]) CU(cudaFree(v->scratch[c->rank]));
+    v->scratch[c->rank] = NULL, v->scratch_bytes[c->rank] = 0;
+    CU(cudaMalloc((void **)&v->scratch[c->rank], bytes));
+    v->scratch_bytes[c->rank] = bytes;
+  }
+  *out = v->scratch[c->rank];
+  return resccl_success;
+}
+
+static resccl_result_t enqueue(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
+                               resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
+  if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
+  if (*(volatile int *)comm->g->stop)
+    return rt_fail(resccl_timeout, "%s: an earlier collective of this communicator timed out", coll);
+  if ((unsigned)dt >= resccl_num_types || dtypes[dt].code < 0)
+    return rt_fail(resccl_invalid_argument, "%s: datatype %d is not supported", coll, (int)dt);
+  if ((unsigned)op >= resccl_num_ops || opcodes[op] < 0)
+    return rt_fail(resccl_invalid_argument, "%s: reduction op %d is not supported", coll, (int)op);
+  size_t es = dtypes[dt].size;
+  if (count == 0) return resccl_success;
+  if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
+  if ((uintptr_t)send % es || (uintptr_t)recv % es)
+    return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);
+  RtPlan *p = plan_for(comm->g, coll);
+  if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for it (resccl_plan_load)", coll);
+  Variant *v = p->v[inplace];
+  if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
+  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, dtypes[dt].code, opcodes[op], (cudaStream_t)stream};
+  /* Micro-batches: a chunk moves tile_bytes per call, and a FIFO holds the tiles the plan was verified with. */
+  size_t chunk = count * es / (size_t)v->chunks + 1;
+  size_t nm = p->conf.nmicro > 0 ? (size_t)p->conf.nmicro : (chunk + p->conf.tile_bytes - 1) / p->conf.tile_bytes;
+  if (v->fifo_tiles) {
+    size_t fifo = (size_t)p->conf.nslots * p->conf.slot_bytes * (size_t)v->nchan;
+    size_t need = ((size_t)v->fifo_tiles * (size_t)v->maxcnt * (chunk + 64 * (size_t)v->nchan) + fifo - 1) / fifo;
+    if (nm < need) nm = need;
+  }
+  c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
+  if (v->bufchunks[2]) TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, &c.buf[2]));
+  if (group.depth == 0) return launch(&c, 1);
+  if (group.n == group.cap) {
+    Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
+    if (!q) return rt_fail(resccl_system_error, "out of memory");
+    group.q = q;
+  }
+  group.q[group.n++] = c;
+  return resccl_success;
+}
+
+/* One kernel per (variant, GPU), holding every rank of that GPU. */
+static resccl_result_t launch(Call *calls, int n) {
+  char *done = calloc((size_t)n, 1);
+  resccl_result_t rc = resccl_success;
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    if (done[i]) continue;
+    Call *c = &calls[i];
+    Group *g = c->comm->g;
+    int d = c->comm->d;
+    RxArgs a;
+    memset(&a, 0, sizeof a);
+    a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.dtype = c->dtype,
+    a.op = c->op, a.base = c->v->dev[d].base;
+    a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
+    int ranks = 0, want = 0;
+    cudaStream_t extra[RX_MAXLOCAL];
+    int nextra = 0;
+    for (int r = 0; r < g->n; r++) want += g->comms[r].d == d;
+    for (int j = i; j < n; j++) {
+      Call *o = &calls[j];
+      if (done[j] || o->v != c->v || o->comm->d != d) continue;
+      if (o->count != c->count || o->dtype != c->dtype || o->op != c->op) {
+        rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
+        break;
+      }
+      for (int b = 0; b < 3; b++) a.buf[o->comm->local][b] = o->buf[b];
+      if (o->stream != c->stream) extra[nextra++] = o->stream;
+      done[j] = 1, ranks++;
+    }
+    if (rc != resccl_success) break;
+    if (ranks != want) {
+      rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
+                   "resccl_group_end", c->plan->coll, want, g->dev[d]);
+      break;
+    }
+    if (cudaSetDevice(g->dev[d]) != cudaSuccess) {
+      rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
+      break;
+    }
+    /* Ranks of one GPU on different streams: the launch waits for all of them, and they for it. */
+    cudaEvent_t ev = NULL;
+    if (nextra) {
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      for (int k = 0; k < nextra; k++) cudaEventRecord(ev, extra[k]), cudaStreamWaitEvent(c->stream, ev, 0);
+    }
+    void *params[] = {&a};
+    CUresult cr = drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1, (unsigned)c->plan->conf.threads,
+                                 1, 1, 0, (CUstream)c->stream, params, NULL);
+    if (nextra) {
+      cudaEventRecord(ev, c->stream);
+      for (int k = 0; k < nextra; k++) cudaStreamWaitEvent(extra[k], ev, 0);
+      cudaEventDestroy(ev);
+    }
+    if (cr != CUDA_SUCCESS) {
+      const char *s = "?";
+      drv.error_string(cr, &s);
+      rc = rt_fail(resccl_unhandled_cuda_error, "%s: launch on GPU %d: %s", c->plan->coll, g->dev[d], s);
+      break;
+    }
+    c->v->dev[d].base += (unsigned)c->nmicro;
+    if (debug_on() && getenv("RESCCL_DEBUG")[0] == 'T')
+      fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
+              c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
+  }
+  free(done);
+  return rc;
+}
+
+/* In-place is NCCL's: the input sits where the output wants it. */
+resccl_result_t resccl_all_reduce(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_red_op_t op,
+                                  resccl_comm_t comm, resccl_stream_t stream) {
+  return enqueue("allreduce", send, recv, count, dt, op, comm, stream, send == recv);
+}
+
+resccl_result_t resccl_all_gather(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_comm_t comm,
+                                  resccl_stream_t stream) {
+  size_t es = (unsigned)dt < resccl_num_types ? dtypes[dt].size : 1;
+  int inplace = comm && send == (const char *)recv + (size_t)comm->rank * count * es;
+  return enqueue("allgather", send, recv, count, dt, resccl_sum, comm, stream, inplace);
+}
+
+resccl_result_t resccl_reduce_scatter(const void *send, void *recv, size_t count, resccl_datatype_t dt,
+                                      resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream) {
+  size_t es = (unsigned)dt < resccl_num_types ? dtypes[dt].size : 1;
+  int inplace = comm && (const char *)recv == (const char *)send + (size_t)comm->rank * count * es;
+  return enqueue("reducescatter", send, recv, count, dt, op, comm, stream, inplace);
+}
+
+resccl_result_t resccl_all_to_all(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_comm_t comm,
+                                  resccl_stream_t stream) {
+  return enqueue("alltoall", send, recv, count, dt, resccl_sum, comm, stream, send == recv);
+}

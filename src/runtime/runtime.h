@@ -1,0 +1,32 @@
+/*
+** runtime.h — libresccl's internals shared by its files: the knobs a plan is
+** loaded with (from the environment for API users; set directly by the
+** executor behind `resccl run --gpu`, job.c) and the error helpers.
+*/
+#ifndef RESCCL_RUNTIME_H
+#define RESCCL_RUNTIME_H
+
+#include "resccl.h"
+
+typedef struct {
+  int nchan;          /* blocks per TB; 0: enough for about 24 blocks per GPU */
+  int threads;        /* per block */
+  int nslots;         /* FIFO slots per connection and channel */
+  size_t slot_bytes;  /* bytes per slot */
+  size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
+  int nmicro;         /* micro-batches per call; 0: from tile_bytes */
+  double timeout_s;   /* a wait longer than this stops the call; 0 = never */
+} RtConf;
+
+/* RESCCL_NCHANNELS, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
+   RESCCL_TIMEOUT (seconds). */
+void rt_conf_env(RtConf *c);
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
+/* The cubin of a kernel source for sm_<arch> (NVRTC, cached on disk); no GPU needed. */
+resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n);
+/* Build every placement of a plan file for sm_<arch>: the check CI can run without a GPU. */
+resccl_result_t rt_plan_build(const char *path, int arch);
+/* Record the message of a failure and return its code. */
+resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
+
+#endif

@@ -1,0 +1,29 @@
+#!/bin/sh
+# libresccl through its C API (tests/test_runtime.c).
+#   runtime.sh RESCCL TEST_RUNTIME build   every algorithm's plan builds with NVRTC for sm_90
+#   runtime.sh RESCCL TEST_RUNTIME run     the collectives on the GPUs (RANKS=N, default
+#                                          max(2, GPUs); more ranks than GPUs share them)
+# Exits 77 (skipped) where there is no GPU (run).
+set -eu
+bin=$1 test=$2 mode=$3
+src=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ "$mode" = build ]; then
+  export RESCCL_CACHE="$tmp/cache" # build for real, not from an earlier run
+  for alg in "$src"/algorithms/*.lua; do
+    name=$(basename "$alg" .lua)
+    case $name in *_hm) args=topo=a100:2x2 ;; *) args=ranks=4 ;; esac
+    "$bin" compile "$alg" $args --plan "$tmp/$name.plan"
+  done
+  exec "$test" build "$tmp"/*.plan
+fi
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
+[ "${ngpu:-0}" -ge 1 ] || { echo "no GPU: runtime tests skipped"; exit 77; }
+ranks=${RANKS:-$([ "$ngpu" -ge 2 ] && echo "$ngpu" || echo 2)}
+for c in allreduce allgather reducescatter; do
+  "$bin" compile "$src/algorithms/${c}_ring.lua" ranks="$ranks" --plan "$tmp/$c.plan"
+done
+"$bin" compile "$src/algorithms/alltoall_direct.lua" ranks="$ranks" --plan "$tmp/alltoall.plan"
+"$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$((ranks + 1)) --plan "$tmp/other-ranks.plan"
+RANKS=$ranks exec "$test" run "$tmp"

@@ -1,0 +1,201 @@
+/*
+** test_runtime.c — libresccl through its public API.
+**
+**   test_runtime build PLAN...   build every placement with NVRTC for sm_90 (no GPU needed)
+**   test_runtime run DIR         on the GPUs: DIR holds allreduce.plan, allgather.plan,
+**                                reducescatter.plan, alltoall.plan compiled for this many ranks
+**
+** `run` checks each collective out-of-place and in-place on exact data
+** against a reference computed here, a second call on the same plan (the
+** counters run on), bad arguments (error codes and messages), and, with
+** two GPUs or more, that a rank left alone times out instead of hanging.
+** Exits 77 (skipped) where there is no GPU.
+*/
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "resccl.h"
+#include "runtime.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                          \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      failures++;                                                 \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);        \
+      fprintf(stderr, __VA_ARGS__);                               \
+      fprintf(stderr, " [%s]\n", resccl_get_last_error());        \
+    }                                                             \
+  } while (0)
+
+enum { MAXR = 16 };
+static int R;
+static resccl_comm_t comm[MAXR];
+static cudaStream_t st[MAXR];
+static int dev[MAXR];
+
+/* Input element i of rank r: small integers, exact in float sums. */
+static float val(int r, size_t i) { return (float)((r * 7 + (int)(i % 13)) % 11) - 3; }
+
+/* Run `coll` with count elements per block on every rank, in one group, and compare. */
+static void collective(const char *coll, size_t count, int inplace, int calls) {
+  size_t in_n = count, out_n = count;
+  if (!strcmp(coll, "allgather")) out_n = count * R;
+  if (!strcmp(coll, "reducescatter") || !strcmp(coll, "alltoall")) in_n = count * R;
+  if (!strcmp(coll, "alltoall")) out_n = count * R;
+  float *host = malloc(sizeof(float) * (in_n > out_n ? in_n : out_n) * 2);
+  float *ibuf[MAXR], *obuf[MAXR];
+  for (int r = 0; r < R; r++) {
+    cudaSetDevice(dev[r]);
+    cudaMalloc((void **)&ibuf[r], sizeof(float) * in_n);
+    cudaMalloc((void **)&obuf[r], sizeof(float) * out_n);
+    cudaMemset(obuf[r], 0xff, sizeof(float) * out_n); /* poison: NaN */
+    for (size_t i = 0; i < in_n; i++) host[i] = val(r, i);
+    float *where = ibuf[r];
+    if (inplace && !strcmp(coll, "allgather")) where = obuf[r] + (size_t)r * count;
+    else if (inplace && strcmp(coll, "reducescatter")) where = obuf[r];
+    cudaMemcpy(where, host, sizeof(float) * in_n, cudaMemcpyHostToDevice);
+  }
+  for (int k = 0; k < calls; k++) {
+    resccl_result_t rc = resccl_group_start();
+    for (int r = 0; r < R && rc == resccl_success; r++) {
+      float *in = ibuf[r], *o = obuf[r];
+      resccl_stream_t s = (resccl_stream_t)st[r];
+      if (!strcmp(coll, "allreduce"))
+        rc = resccl_all_reduce(inplace ? o : in, o, count, resccl_float32, resccl_sum, comm[r], s);
+      else if (!strcmp(coll, "allgather"))
+        rc = resccl_all_gather(inplace ? o + (size_t)r * count : in, o, count, resccl_float32, comm[r], s);
+      else if (!strcmp(coll, "reducescatter"))
+        rc = resccl_reduce_scatter(in, inplace ? in + (size_t)r * count : o, count, resccl_float32, resccl_sum, comm[r], s);
+      else
+        rc = resccl_all_to_all(inplace ? o : in, o, count, resccl_float32, comm[r], s);
+    }
+    resccl_result_t end = resccl_group_end();
+    if (inplace && rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "no in-place form")) {
+      printf("%-14s in-place      not in this plan: refused with resccl_invalid_usage\n", coll);
+      for (int r = 0; r < R; r++) cudaFree(ibuf[r]), cudaFree(obuf[r]);
+      free(host);
+      return;
+    }
+    CHECK(rc == resccl_success && end == resccl_success, "%s count %zu: call failed: %s", coll, count,
+          resccl_get_error_string(rc ? rc : end));
+    /* In place, only an all-gather leaves its input as it was: check the first call of the others. */
+    if (inplace && strcmp(coll, "allgather")) break;
+  }
+  size_t wrong = 0;
+  for (int r = 0; r < R; r++) {
+    cudaSetDevice(dev[r]);
+    cudaStreamSynchronize(st[r]);
+    resccl_result_t async;
+    resccl_comm_get_async_error(comm[r], &async);
+    CHECK(async == resccl_success, "%s: async error %s", coll, resccl_get_error_string(async));
+    const float *src = (inplace && !strcmp(coll, "reducescatter")) ? ibuf[r] + (size_t)r * count : obuf[r];
+    size_t n = !strcmp(coll, "reducescatter") ? count : out_n;
+    cudaMemcpy(host, src, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++) {
+      float want = 0;
+      if (!strcmp(coll, "allreduce"))
+        for (int q = 0; q < R; q++) want += val(q, i);
+      else if (!strcmp(coll, "allgather")) want = val((int)(i / count), i % count);
+      else if (!strcmp(coll, "reducescatter"))
+        for (int q = 0; q < R; q++) want += val(q, (size_t)r * count + i);
+      else want = val((int)(i / count), (size_t)r * count + i % count);
+      wrong += host[i] != want;
+    }
+    cudaFree(ibuf[r]), cudaFree(obuf[r]);
+  }
+  CHECK(wrong == 0, "%s %s count %zu x%d: %zu wrong", coll, inplace ? "in-place" : "out-of-place", count, calls, wrong);
+  printf("%-14s %-13s count %-9zu calls %d: %zu wrong\n", coll, inplace ? "in-place" : "out-of-place", count, calls, wrong);
+  free(host);
+}
+
+static void bad_arguments(void) {
+  float *a;
+  cudaSetDevice(dev[0]);
+  cudaMalloc((void **)&a, 4096);
+  resccl_result_t rc = resccl_all_reduce(NULL, a, 16, resccl_float32, resccl_sum, comm[0], NULL);
+  CHECK(rc == resccl_invalid_argument, "null buffer gave %d", rc);
+  rc = resccl_all_reduce((char *)a + 1, a, 16, resccl_float32, resccl_sum, comm[0], NULL);
+  CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), "aligned"), "misaligned buffer gave %d", rc);
+  rc = resccl_all_reduce(a, a + 32, 16, (resccl_datatype_t)42, resccl_sum, comm[0], NULL);
+  CHECK(rc == resccl_invalid_argument, "unknown datatype gave %d", rc);
+  rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, (resccl_red_op_t)9, comm[0], NULL);
+  CHECK(rc == resccl_invalid_argument, "unknown op gave %d", rc);
+  rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, NULL, NULL);
+  CHECK(rc == resccl_invalid_argument, "null communicator gave %d", rc);
+  CHECK(resccl_group_end() == resccl_invalid_usage, "unmatched group end accepted");
+  if (R > 1) { /* a rank alone outside a group is fine only when it has its GPU to itself */
+    int shared = 0;
+    for (int r = 1; r < R; r++) shared |= dev[r] == dev[0];
+    rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, comm[0], NULL);
+    if (shared) CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "group"), "lone virtual rank gave %d", rc);
+    else {
+      /* It launches and waits for peers that never come: it must time out, not hang. */
+      CHECK(rc == resccl_success, "lone rank launch gave %d", rc);
+      cudaDeviceSynchronize();
+      resccl_result_t async;
+      resccl_comm_get_async_error(comm[0], &async);
+      CHECK(async == resccl_timeout, "a lone rank did not time out (%d)", async);
+      rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, comm[0], NULL);
+      CHECK(rc == resccl_timeout, "a timed-out communicator accepted a call (%d)", rc);
+      printf("lone rank: timed out and reported it\n");
+    }
+  }
+  cudaFree(a);
+  printf("bad arguments: %s\n", failures ? "see failures" : "every one refused with its code");
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 3 && !strcmp(argv[1], "build")) {
+    for (int i = 2; i < argc; i++) {
+      resccl_result_t rc = rt_plan_build(argv[i], 90);
+      CHECK(rc == resccl_success, "%s: %s", argv[i], resccl_get_error_string(rc));
+      if (rc == resccl_success) printf("built %s for sm_90\n", argv[i]);
+    }
+    return failures ? 1 : 0;
+  }
+  if (argc != 3 || strcmp(argv[1], "run")) {
+    fprintf(stderr, "usage: test_runtime build PLAN... | run DIR\n");
+    return 2;
+  }
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 1) {
+    printf("no GPU: runtime tests skipped\n");
+    return 77;
+  }
+  const char *r_env = getenv("RANKS");
+  R = r_env ? atoi(r_env) : ngpu;
+  if (R < 1 || R > MAXR) return fprintf(stderr, "RANKS out of range\n"), 2;
+  for (int r = 0; r < R; r++) dev[r] = r % ngpu;
+  setenv("RESCCL_TIMEOUT", "2", 1);
+  CHECK(resccl_comm_init_all(comm, R, dev) == resccl_success, "init");
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
+  static const char *const colls[] = {"allreduce", "allgather", "reducescatter", "alltoall"};
+  char path[1024];
+  snprintf(path, sizeof path, "%s/missing.plan", argv[2]);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_system_error, "a missing plan file loaded");
+  for (int c = 0; c < 4; c++) {
+    snprintf(path, sizeof path, "%s/%s.plan", argv[2], colls[c]);
+    resccl_result_t rc = resccl_plan_load(comm[0], path);
+    CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
+    if (rc) continue;
+    int blocks = 0;
+    resccl_plan_blocks(comm[0], colls[c], &blocks);
+    printf("%s: %d blocks per rank\n", colls[c], blocks);
+    for (int inplace = 0; inplace < 2; inplace++) {
+      collective(colls[c], 1, inplace, 1);
+      collective(colls[c], 4099, inplace, 3);
+      collective(colls[c], 1 << 20, inplace, 2);
+    }
+  }
+  snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
+  resccl_result_t rc = resccl_plan_load(comm[0], path);
+  CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);
+  bad_arguments();
+  for (int r = 0; r < R; r++) resccl_comm_destroy(comm[r]);
+  printf("%s\n", failures ? "runtime tests FAILED" : "runtime tests passed");
+  return failures ? 1 : 0;
+}
