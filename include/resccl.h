@@ -17,7 +17,10 @@
 ** names it and resccl_get_last_error says what went wrong. RESCCL_DEBUG=INFO
 ** prints setup and launches to stderr. A collective that makes no progress
 ** for RESCCL_TIMEOUT seconds (default 60; 0 = never) stops its kernel and
-** resccl_comm_get_async_error reports resccl_timeout.
+** resccl_comm_get_async_error reports resccl_timeout. Tuning: RESCCL_NCHANNELS
+** (blocks per TB), RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES,
+** RESCCL_TILE_BYTES (bytes of a chunk per micro-batch), RESCCL_NMICRO,
+** RESCCL_NVRTC_OPTIONS (extra kernel compiler options), RESCCL_CACHE.
 */
 #ifndef RESCCL_H
 #define RESCCL_H

@@ -98,7 +98,9 @@ template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
 /* Loads that bypass L1: FIFO slots are rewritten by the peer GPU, and L1 is not coherent. */
 __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 
+#ifndef RX_UNROLL
 #define RX_UNROLL 4 /* 16-byte loads in flight per thread */
+#endif
 
 /* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */
 __device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {

@@ -314,7 +314,7 @@ static uint64_t fnv1a(const char *s, size_t n) {
   return h;
 }
 
-static void cache_path(char *out, size_t n, const char *src, int arch) {
+static void cache_path(char *out, size_t n, const char *src, int arch, const char *options) {
   const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
   char dir[512] = "";
   if (env && *env) snprintf(dir, sizeof dir, "%s", env);
@@ -324,7 +324,8 @@ static void cache_path(char *out, size_t n, const char *src, int arch) {
   for (char *p = dir + 1; *p; p++)
     if (*p == '/') *p = '\0', mkdir(dir, 0755), *p = '/';
   mkdir(dir, 0755);
-  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)fnv1a(src, strlen(src)), arch);
+  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31;
+  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch);
 }
 
 static char *slurp(const char *path, size_t *n) {
@@ -343,7 +344,8 @@ static char *slurp(const char *path, size_t *n) {
 /* The cubin of `src` for sm_<arch>: from the cache, else from NVRTC (then cached). */
 resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n) {
   char cached[700];
-  cache_path(cached, sizeof cached, src, arch);
+  const char *more = getenv("RESCCL_NVRTC_OPTIONS");
+  cache_path(cached, sizeof cached, src, arch, more ? more : "");
   if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
   nvrtcProgram prog;
   if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
@@ -352,9 +354,15 @@ resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n) {
   const char *home = getenv("CUDA_HOME");
   snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
   snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
-  const char *opts[] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
+  /* RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
+  const char *opts[24] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
+  int nopt = 5;
+  char extra[512] = "";
+  snprintf(extra, sizeof extra, "%s", getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
+  for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
+    opts[nopt++] = tok;
   double t0 = (double)clock();
-  nvrtcResult rc = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts), opts);
+  nvrtcResult rc = nvrtcCompileProgram(prog, nopt, opts);
   if (rc != NVRTC_SUCCESS) {
     size_t ln = 0;
     nvrtcGetProgramLogSize(prog, &ln);

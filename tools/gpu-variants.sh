@@ -1,0 +1,40 @@
+#!/bin/sh
+# On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time kernel
+# variants of the ring collectives side by side (out-of-place busbw, GB/s),
+# each run checked correct. A variant is NAME|NVRTC options|run arguments;
+# `micro` is the bytes of a chunk per micro-batch.
+#   VARIANTS='base||micro=4194304 unroll8|-DRX_UNROLL=8|micro=4194304' tools/gpu-variants.sh [OUTDIR]
+set -u
+out=${1:-/tmp/gpu-variants}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+bin=build-gpu/resccl
+n=2 ch=${CH:-16}
+sizes=${SIZES:-67108864 536870912}
+variants=${VARIANTS:-'base||micro=4194304'}
+printf '%-14s %10s' collective bytes
+for v in $variants; do printf ' %10s' "${v%%|*}"; done
+echo
+for c in allreduce allgather reducescatter; do
+  for bytes in $sizes; do
+    elems=$((bytes / 4)) count=$elems factor=1
+    [ $c = allreduce ] && factor=2 || count=$((elems / n))
+    row=$(printf '%-14s %10s' $c $bytes)
+    for v in $variants; do
+      name=${v%%|*} rest=${v#*|}
+      opts=${rest%%|*} args=${rest#*|}
+      micro=$(echo "$args" | sed -n 's/.*micro=\([0-9]*\).*/\1/p')
+      args=$(echo "$args" | sed 's/micro=[0-9]*//')
+      chunk=$((bytes / n))
+      nmicro=$((chunk / ${micro:-4194304})); [ $nmicro -lt 1 ] && nmicro=1
+      log="$out/$c-$bytes-$name.txt"
+      RESCCL_NVRTC_OPTIONS="$opts" "$bin" run "algorithms/${c}_ring.lua" ranks=$n ndev=$n count=$count \
+        nmicro=$nmicro slots=4 slot_bytes=524288 channels=$ch iters=10 $args --gpu >"$log" 2>&1
+      ms=$(sed -n 's/^exec .* 0 wrong (\([0-9.]*\) ms).*/\1/p' "$log" | head -1)
+      bw=$(awk -v b=$bytes -v ms="${ms:-0}" -v n=$n -v f=$factor \
+        'BEGIN { if (ms > 0) printf "%.1f", b / (ms / 1e3) / 1e9 * f * (n - 1) / n; else print "-" }')
+      row="$row $(printf ' %10s' "$bw")"
+    done
+    echo "$row"
+  done
+done
