@@ -2,13 +2,16 @@
 # On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time kernel
 # variants of the ring collectives side by side (out-of-place busbw, GB/s),
 # each run checked correct. A variant is NAME|NVRTC options|run arguments;
-# `micro` is the bytes of a chunk per micro-batch.
+# `micro` is the bytes of a chunk per micro-batch; arguments are comma-separated.
 #   VARIANTS='base||micro=4194304 unroll8|-DRX_UNROLL=8|micro=4194304' tools/gpu-variants.sh [OUTDIR]
 set -u
 out=${1:-/tmp/gpu-variants}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 bin=build-gpu/resccl
+if [ -d /opt/lua/usr/lib/x86_64-linux-gnu ]; then # the Lua gpu-check.sh unpacked
+  export LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
+fi
 n=2 ch=${CH:-16}
 sizes=${SIZES:-67108864 536870912}
 variants=${VARIANTS:-'base||micro=4194304'}
@@ -24,7 +27,7 @@ for c in allreduce allgather reducescatter; do
       name=${v%%|*} rest=${v#*|}
       opts=${rest%%|*} args=${rest#*|}
       micro=$(echo "$args" | sed -n 's/.*micro=\([0-9]*\).*/\1/p')
-      args=$(echo "$args" | sed 's/micro=[0-9]*//')
+      args=$(echo "$args" | sed 's/micro=[0-9]*//' | tr ',' ' ')
       chunk=$((bytes / n))
       nmicro=$((chunk / ${micro:-4194304})); [ $nmicro -lt 1 ] && nmicro=1
       log="$out/$c-$bytes-$name.txt"
