@@ -49,12 +49,18 @@ describe("plan:sim", function()
   end)
 
   it("runs the connection-based plan algorithm-level with instances", function()
-    local c = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" }, { tb = "conn" })
-    local one = assert(c:sim { size = 64 << 20, order = "algo" })
-    local two = assert(c:sim { size = 64 << 20, order = "algo", instances = 2 })
+    local c = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" }, { tb = "conn", order = "algorithm" })
+    local one = assert(c:sim { size = 64 << 20 })
+    local two = assert(c:sim { size = 64 << 20, instances = 2 })
     assert.equal(2 * one.tbs_per_rank_max, two.tbs_per_rank_max)
-    assert.equal("algo", two.order)
+    assert.equal("algorithm", two.order)
     assert.are_not.equal(one.time_us, two.time_us)
+  end)
+
+  it("runs the order the plan was verified for, never another", function()
+    assert.equal("task", assert(p:sim { size = 8 << 20 }).order)
+    assert.equal("plan:sim runs the plan's own order; compile with order= to change it",
+      h.pcall_err(p.sim, p, { order = "algorithm" }))
   end)
 
   it("rejects bad options", function()
@@ -72,7 +78,7 @@ describe("baselines", function()
     assert.equal(2 * resccl.compile(prog, t, { tb = "conn", inplace = true }):report().tbs_per_rank_max,
       r.tbs_per_rank_max)
     assert.equal("conn", r.tb_policy)
-    assert.equal("algo", r.order)
+    assert.equal("algorithm", r.order)
   end)
 
   it("run NCCL's ring for the collective, channels spread over the NICs", function()
