@@ -92,6 +92,31 @@ describe("baselines", function()
   end)
 end)
 
+describe("HPDS against round-robin (Fig. 10b)", function()
+  local function both(alg, spec)
+    local r = {}
+    for _, s in ipairs { "rr", "hpds" } do
+      local p = plan("algorithms/" .. alg .. ".lua", { topo = spec }, { sched = s, inplace = true })
+      r[s] = { sched = p:dump("sched"):gsub("^sched %a+", ""), time = assert(p:sim { size = 32 << 20 }).time_us }
+    end
+    return r.rr, r.hpds
+  end
+
+  it("give one pipeline for HM all-gather on two nodes, whose chunks all have the same DAG", function()
+    local rr, hpds = both("allgather_hm", "a100:2x4")
+    assert.equal(rr.sched, hpds.sched) -- equal priorities, ties to the lower chunk: round-robin's order
+    assert.equal(rr.time, hpds.time)
+  end)
+
+  it("part on four nodes and on HM all-reduce, where HPDS is faster", function()
+    for _, c in ipairs { { "allgather_hm", "a100:4x4" }, { "allreduce_hm", "a100:2x4" } } do
+      local rr, hpds = both(c[1], c[2])
+      assert.are_not.equal(rr.sched, hpds.sched)
+      assert.is_true(hpds.time < rr.time, c[1] .. " on " .. c[2])
+    end
+  end)
+end)
+
 describe("topologies", function()
   it("document the presets' numbers", function()
     local a = topo.params "a100:2x4"
