@@ -275,6 +275,10 @@ typedef struct {
 /* -------------------------------------------------------------- compile.c */
 
 typedef enum { TB_STATE, TB_CONN, TB_MANUAL } TbPolicy;
+/* Hand-placed plans (an imported file's own TBs) rely on MSCCL's buffering:
+   a connection holds two tiles. The verifier checks them with it; the
+   executors and the simulator refuse FIFOs that hold less. */
+#define MANUAL_FIFO_TILES 2
 /* Task-level: a TB runs each primitive over every micro-batch before the next
    (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
 typedef enum { EX_TASK, EX_ALGO } ExecOrder;
@@ -368,16 +372,14 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e);
 
 /* ----------------------------------------------------------------- sim.c */
 
-/* Task-level: a TB runs each primitive over every micro-batch, then the next
-   (ours). Algorithm-level: each micro-batch replays the TB's whole program
-   (MSCCL's interpreter, NCCL's loops). */
+/* The simulator runs a plan in the execution order it was compiled and
+   verified for (Options.order), as the executors do. */
 
 typedef struct {
   double size;      /* bytes: nccl-tests' size column for the collective */
   double tile;      /* target bytes of one primitive call on one chunk (sets nmicro) */
   int nmicro;       /* micro-batches; 0 = enough for tiles of at most `tile` */
   int depth;        /* FIFO depth of a connection, in tiles */
-  ExecOrder order;
   int instances;    /* copies of the plan side by side (channels), each on 1/instances of every chunk */
   int rotate;       /* instance k shifts GPU indices in a node by k*gpus_per_nic (NCCL's rings) */
   double slowdown;  /* fraction of a TB's rate lost to an interpreter */

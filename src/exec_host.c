@@ -40,7 +40,7 @@ rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
     for (int m = 0; m < o->nmicro; m++) {
       size_t lo, n;
       rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
-      if (2 * n > fifo)
+      if (MANUAL_FIFO_TILES * n > fifo)
         return err_set(e, RC_ESIZE, "a hand-placed plan needs FIFOs of two tiles: %zu elements per tile, %zu per FIFO "
                        "(raise slots or slot_bytes, or nmicro)", n, fifo);
     }

@@ -2,8 +2,8 @@
 ** l_sim.c — the simulator's bindings, added to the Topo and Plan classes:
 **   core.topo_custom{nodes=, gpn=, ...} -> Topo   (fields as topo:params())
 **   topo:params() -> { nodes=, gpn=, intra_gbps=, ... }
-**   plan:sim{size=, tile=, nmicro=, depth=, order="task"|"algo", instances=,
-**            rotate=, slowdown=, trace=} -> result table
+**   plan:sim{size=, tile=, nmicro=, depth=, instances=, rotate=, slowdown=,
+**            trace=} -> result table (the plan's own execution order)
 ** Sizes are bytes, times microseconds, bandwidths GB/s, fractions 0..1.
 */
 #include <stdio.h>
@@ -127,21 +127,20 @@ static void push_details(lua_State *L, const Plan *pl, const SimResult *r) {
 
 /* plan:sim(opts) -> result, or nil, message, code */
 static int l_plan_sim(lua_State *L) {
-  static const char *const orders[] = {"task", "algo", NULL};
   Plan *pl = luaL_checkudata(L, 1, PLAN_MT); /* a Plan box starts with its Plan */
   lua_settop(L, 2);
   if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
-  lua_getfield(L, 2, "order");
-  int order = luaL_checkoption(L, -1, "task", orders);
+  if (lua_getfield(L, 2, "order") != LUA_TNIL) /* what the verifier checked is what runs */
+    return luaL_error(L, "plan:sim runs the plan's own order; compile with order= to change it");
+  lua_pop(L, 1);
   lua_getfield(L, 2, "trace");
   lua_getfield(L, 2, "rotate");
   SimOpts o = {.size = l_optnum(L, 2, "size", 256.0 * (1 << 20)), .tile = l_optnum(L, 2, "tile", 1 << 20),
                .nmicro = (int)l_optnum(L, 2, "nmicro", 0), .depth = (int)l_optnum(L, 2, "depth", 2),
-               .order = (ExecOrder)order, .instances = (int)l_optnum(L, 2, "instances", 1),
-               .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
+               .instances = (int)l_optnum(L, 2, "instances", 1), .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
                .trace = lua_toboolean(L, -2)};
-  lua_pop(L, 3);
+  lua_pop(L, 2);
   SimResult r;
   Err e;
   if (sim_run(pl, &o, &r, &e) != RC_OK) return l_fail(L, &e);
@@ -152,7 +151,7 @@ static int l_plan_sim(lua_State *L) {
   l_setnum(L, "tile_bytes", r.tile_bytes);
   lua_pushinteger(L, o.instances), lua_setfield(L, -2, "instances");
   lua_pushinteger(L, o.depth), lua_setfield(L, -2, "depth");
-  lua_pushstring(L, orders[order]), lua_setfield(L, -2, "order");
+  lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
   lua_pushinteger(L, r.tbs_per_rank_max), lua_setfield(L, -2, "tbs_per_rank_max");
   lua_pushinteger(L, r.ntb), lua_setfield(L, -2, "tbs_total");
   l_setnum(L, "tb_busy_avg", r.busy_avg), l_setnum(L, "tb_idle_avg", r.idle_avg);

@@ -20,7 +20,10 @@
 **
 ** Round-robin (the paper's baseline): same sub-pipeline rule, but chunks are
 ** visited from a circular queue in ascending key order, restarted for every
-** sub-pipeline, with no memory of earlier contributions.
+** sub-pipeline, with no memory of earlier contributions. Where every chunk's
+** DAG has the same shape and each contributes once per sub-pipeline (HM
+** all-gather on two nodes), HPDS's priorities stay equal, ties go to the
+** lower key, and the two produce the same pipeline.
 */
 #include <stdlib.h>
 #include <string.h>

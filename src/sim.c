@@ -1,16 +1,17 @@
 /*
 ** sim.c — discrete-event timing of a compiled plan on its topology.
 **
-** In: a verified Plan (its per-TB primitive programs, connections, waits) and
-** SimOpts (buffer size, tile size, FIFO depth, execution order, instances).
+** In: a verified Plan (its per-TB primitive programs, connections, waits,
+** execution order) and SimOpts (buffer size, tile size, FIFO depth, instances).
 ** Out: the collective's time, algbw and busbw, per-TB busy / idle / finish
 ** times, per-link bytes and activity, and optionally one slice per call.
 **
 ** The model. A primitive call moves one tile: cnt chunks / micro-batches /
 ** instances. A call starts when its waits are met (another primitive of the
 ** rank finished the same micro-batch), its input tile has arrived on its
-** connection, and its output
-** connection has a free FIFO slot (depth tiles). It then costs the TB:
+** connection, and its output connection has a free FIFO slot (depth tiles;
+** a slot is taken when the send starts and freed when the receive ends, the
+** verifier's and the executors' accounting). It then costs the TB:
 **   - alpha, the startup of a transfer, for every call that pushes data or
 **     works locally (a pure receive only drains what its sender pushed);
 **   - pushing calls (send, cs, rcs, rrcs): a flow of the tile's bytes over
@@ -249,7 +250,7 @@ static int tb_len(const Sim *s, int g) {
 
 /* Which tile of its connection a task's micro-batch m is. */
 static int tile_index(const Sim *s, int task, int conn, int m) {
-  return s->o.order == EX_TASK ? s->ord[task] * s->M + m : m * s->ntask[conn] + s->ord[task];
+  return s->pl->opt.order == EX_TASK ? s->ord[task] * s->M + m : m * s->ntask[conn] + s->ord[task];
 }
 
 static double tile_bytes(const Sim *s, const Prim *p) {
@@ -350,7 +351,7 @@ static void tb_finish(Sim *s, int g, double now) {
   }
   s->done[k * s->NP + pi]++;
   wake(s, k * s->NP + pi);
-  if (s->o.order == EX_TASK) {
+  if (s->pl->opt.order == EX_TASK) {
     if (++s->mb[g] == s->M) s->mb[g] = 0, s->cur[g]++;
   } else if (++s->cur[g] == tb_len(s, g)) {
     s->cur[g] = 0;
@@ -384,7 +385,7 @@ static rcStatus stalled(const Sim *s, Err *e) {
   return err_set(e, RC_EDEADLOCK,
                  "%s: simulation stalled (%s execution, FIFO depth %d): rank %d tb %d at %s, micro-batch %d, "
                  "never becomes ready",
-                 at, s->o.order == EX_TASK ? "task-level" : "algorithm-level", s->o.depth, p->rank,
+                 at, s->pl->opt.order == EX_TASK ? "task-level" : "algorithm-level", s->o.depth, p->rank,
                  g / s->NT * s->pl->ntb[p->rank] + p->tb, prim_name(p->kind), s->mb[g]);
 }
 
@@ -439,6 +440,9 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
       o->slowdown < 0 || o->slowdown >= 1)
     return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
                                  "slowdown in [0, 1)");
+  if (pl->opt.tb == TB_MANUAL && o->depth < MANUAL_FIFO_TILES)
+    return err_set(e, RC_EINVAL, "a hand-placed plan needs FIFOs of %d tiles (depth %d), as it was verified",
+                   MANUAL_FIFO_TILES, o->depth);
   const Program *prog = pl->prog;
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;

@@ -373,11 +373,10 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 ** Hand-placed plans (an imported file's own TBs) assume what MSCCL's runtime
 ** guarantees: a connection's buffer holds two steps (NCCL_STEPS slots of which
 ** a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it without
-** their receiver. Each TB steps while it can: its flags are set, its input
-** tile has arrived, its output FIFO has room. Executors refuse a manual plan
-** whose FIFOs would hold less (exec_check_sizes).
+** their receiver: MANUAL_FIFO_TILES. Each TB steps while it can: its flags are
+** set, its input tile has arrived, its output FIFO has room. Executors and the
+** simulator refuse a manual plan whose FIFOs would hold less.
 */
-#define MANUAL_DEPTH 2
 enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
 
 /* The TB a blocked TB waits for: the flag's owner, the connection's sender
@@ -413,7 +412,7 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
           why[b] = RES_DATA, on[b] = p->cin;
           break;
         }
-        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= MANUAL_DEPTH) {
+        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= MANUAL_FIFO_TILES) {
           why[b] = RES_SPACE, on[b] = p->cout;
           break;
         }

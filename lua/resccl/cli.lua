@@ -327,7 +327,8 @@ function M.run(o)
   end
   if plan and not err then
     local sim = require "resccl.sim"
-    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse }, sim.SIZE)
+    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse, order = o.order },
+      sim.SIZE)
     line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches)"):format(
       sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro)
       or serr)
@@ -345,7 +346,7 @@ function M.sim(o)
   elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
   local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
   local alg, prog, topo = build(o)
-  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false,
+  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order,
     channels = o.channels, tile = tile, depth = o.depth, nmicro = tonumber(o.args.nmicro),
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }

@@ -80,12 +80,12 @@ end
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
----@param o table {sched=, tb=, fuse=, inplace=, channels=}
+---@param o table {sched=, tb=, fuse=, inplace=, order=, channels=}
 function M.plan(variant, prog, topo, o)
-  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace }
-  local sopts = { order = "task", instances = 1 }
+  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order }
+  local sopts = { instances = 1 }
   if variant == "msccl" then
-    copts.tb, sopts.order = "conn", "algo"
+    copts.tb, copts.order = "conn", "algorithm"
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN
   elseif variant == "nccl" then
     local coll = prog:info().collective
@@ -94,8 +94,8 @@ function M.plan(variant, prog, topo, o)
     if not f then return nil, ("no NCCL ring baseline for %s (%s not found)"):format(coll, path) end
     f:close()
     prog = resccl.load(path):program { topo = topo }
-    copts = { sched = "rr", tb = "conn", fuse = o.fuse, inplace = o.inplace }
-    sopts = { order = "algo", instances = o.channels or M.nccl_channels(topo), rotate = true }
+    copts = { sched = "rr", tb = "conn", fuse = o.fuse, inplace = o.inplace, order = "algorithm" }
+    sopts = { instances = o.channels or M.nccl_channels(topo), rotate = true }
   end
   local plan, err = resccl.compile(prog, topo, copts)
   if err then return nil, err end
@@ -108,7 +108,7 @@ function M.run(variant, prog, topo, o, size)
   local plan, sopts, p2 = M.plan(variant, prog, topo, o)
   if not plan then return nil, sopts end
   local r, err = plan:sim { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
-    order = sopts.order, instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown,
+    instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown,
     trace = o.trace }
   if not r then return nil, err end
   local rep = plan:report()

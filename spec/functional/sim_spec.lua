@@ -89,6 +89,23 @@ describe("resccl sim", function()
   end)
 end)
 
+describe("resccl sim on an imported file's own TBs", function()
+  local ring = "spec/fixtures/import/ring_ag4.xml" -- one TB per GPU that sends, then receives
+
+  it("runs them algorithm-level, as MSCCL does and as they were verified", function()
+    local code, out = h.cli { "sim", ring, "--tb", "manual", "--order", "algorithm", "--size", "4M" }
+    assert.equal(0, code)
+    assert.matches("# ours   hpds schedule, manual TBs, algorithm%-level execution", out)
+    assert.matches("\n  ours +4 MiB +[%d.]+ ", out)
+  end)
+
+  it("refuses FIFOs smaller than the verifier's two tiles", function()
+    local code, _, err = h.cli { "sim", ring, "--tb", "manual", "--order", "algorithm", "--depth", "1" }
+    assert.equal(1, code)
+    assert.equal("resccl: a hand-placed plan needs FIFOs of 2 tiles (depth 1), as it was verified\n", err)
+  end)
+end)
+
 describe("resccl run", function()
   it("prints the simulated time and busbw", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=4" }

@@ -6,6 +6,13 @@ local resccl = require "resccl"
 
 local FIX = "spec/fixtures/import/"
 local SHARED = "../shared/msccl-xml/"
+-- The shared MSCCL XML samples and the most <tb>s one of their GPUs has.
+local SHARED_FILES = {
+  { "64MB.xml", 6 }, { "ag_ring_simple_1_1.xml", 1 }, { "ag-1k-512k.xml", 28 }, { "ag_allpair_LL128_x_4.xml", 28 },
+  { "a2a2ll.xml", 28 }, { "allreduce_binary_tree_Simple_gpu2_ins1.xml", 1 },
+  { "allreduce_rec_doub_halv_Simple_gpu64_ins1.xml", 6 }, { "ar_hier_12_Simple.xml", 36 },
+  { "Allreduce.n16-DistributedRelayedSwitch.localDGX1.copies2-steps42.chunks16-gurobisol-1633806993-allreduce-1633807120_i1_scRemote1.sccl.xml", 8 },
+}
 
 local function imp(name) return import.read(FIX .. name) end
 
@@ -248,13 +255,7 @@ describe("MSCCL XML import", function()
   end)
 
   describe("shared samples", function()
-    local files = {
-      { "64MB.xml", 6 }, { "ag_ring_simple_1_1.xml", 1 }, { "ag-1k-512k.xml", 28 }, { "ag_allpair_LL128_x_4.xml", 28 },
-      { "a2a2ll.xml", 28 }, { "allreduce_binary_tree_Simple_gpu2_ins1.xml", 1 },
-      { "allreduce_rec_doub_halv_Simple_gpu64_ins1.xml", 6 }, { "ar_hier_12_Simple.xml", 36 },
-      { "Allreduce.n16-DistributedRelayedSwitch.localDGX1.copies2-steps42.chunks16-gurobisol-1633806993-allreduce-1633807120_i1_scRemote1.sccl.xml", 8 },
-    }
-    for _, f in ipairs(files) do
+    for _, f in ipairs(SHARED_FILES) do
       it("imports and verifies " .. f[1], function()
         local path = SHARED .. f[1]
         if not io.open(path) then return pending(SHARED .. " is not present") end
@@ -310,6 +311,24 @@ describe("MSCCL XML import", function()
       assert.is_nil(err)
       local r = assert(plan:exec { count = 4096, nmicro = 2, slots = 4, slot_bytes = 8192 })
       assert.equal(0, r.wrong)
+      -- and it simulates with the same buffering, not with less
+      assert.is_true(assert(plan:sim { size = 1 << 20, nmicro = 2, depth = 2 }).time_us > 0)
+      local _, serr = plan:sim { size = 1 << 20, nmicro = 2, depth = 1 }
+      assert.equal("a hand-placed plan needs FIFOs of 2 tiles (depth 1), as it was verified", serr)
     end)
+
+    -- every shared file's own schedule: what the verifier passes, the simulator runs to the end
+    for _, f in ipairs(SHARED_FILES) do
+      it("simulates " .. f[1] .. " with its own TBs", function()
+        local path = SHARED .. f[1]
+        if not io.open(path) then return pending(SHARED .. " is not present") end
+        local i = import.read(path)
+        local v, plan = manual(i)
+        assert.are.equal("ok", v)
+        local r = assert(plan:sim { size = 1 << 20, nmicro = 2, depth = 2 })
+        assert.is_true(r.time_us > 0)
+        assert.equal("algorithm", r.order)
+      end)
+    end
   end)
 end)

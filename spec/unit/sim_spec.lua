@@ -49,12 +49,18 @@ describe("plan:sim", function()
   end)
 
   it("runs the connection-based plan algorithm-level with instances", function()
-    local c = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" }, { tb = "conn" })
-    local one = assert(c:sim { size = 64 << 20, order = "algo" })
-    local two = assert(c:sim { size = 64 << 20, order = "algo", instances = 2 })
+    local c = plan("algorithms/allgather_hm.lua", { topo = "a100:2x4" }, { tb = "conn", order = "algorithm" })
+    local one = assert(c:sim { size = 64 << 20 })
+    local two = assert(c:sim { size = 64 << 20, instances = 2 })
     assert.equal(2 * one.tbs_per_rank_max, two.tbs_per_rank_max)
-    assert.equal("algo", two.order)
+    assert.equal("algorithm", two.order)
     assert.are_not.equal(one.time_us, two.time_us)
+  end)
+
+  it("runs the order the plan was verified for, never another", function()
+    assert.equal("task", assert(p:sim { size = 8 << 20 }).order)
+    assert.equal("plan:sim runs the plan's own order; compile with order= to change it",
+      h.pcall_err(p.sim, p, { order = "algorithm" }))
   end)
 
   it("rejects bad options", function()
@@ -72,7 +78,7 @@ describe("baselines", function()
     assert.equal(2 * resccl.compile(prog, t, { tb = "conn", inplace = true }):report().tbs_per_rank_max,
       r.tbs_per_rank_max)
     assert.equal("conn", r.tb_policy)
-    assert.equal("algo", r.order)
+    assert.equal("algorithm", r.order)
   end)
 
   it("run NCCL's ring for the collective, channels spread over the NICs", function()
@@ -83,6 +89,31 @@ describe("baselines", function()
     local nics = {}
     for _, l in ipairs(r.links) do if l.name:match "^nic%d+%.tx" then nics[#nics + 1] = l end end
     assert.equal(8, #nics) -- every NIC carries a ring
+  end)
+end)
+
+describe("HPDS against round-robin (Fig. 10b)", function()
+  local function both(alg, spec)
+    local r = {}
+    for _, s in ipairs { "rr", "hpds" } do
+      local p = plan("algorithms/" .. alg .. ".lua", { topo = spec }, { sched = s, inplace = true })
+      r[s] = { sched = p:dump("sched"):gsub("^sched %a+", ""), time = assert(p:sim { size = 32 << 20 }).time_us }
+    end
+    return r.rr, r.hpds
+  end
+
+  it("give one pipeline for HM all-gather on two nodes, whose chunks all have the same DAG", function()
+    local rr, hpds = both("allgather_hm", "a100:2x4")
+    assert.equal(rr.sched, hpds.sched) -- equal priorities, ties to the lower chunk: round-robin's order
+    assert.equal(rr.time, hpds.time)
+  end)
+
+  it("part on four nodes and on HM all-reduce, where the order matters", function()
+    for _, c in ipairs { { "allgather_hm", "a100:4x4" }, { "allreduce_hm", "a100:2x4" } } do
+      local rr, hpds = both(c[1], c[2])
+      assert.are_not.equal(rr.sched, hpds.sched)
+      assert.are_not.equal(rr.time, hpds.time, c[1] .. " on " .. c[2])
+    end
   end)
 end)
 
