@@ -99,7 +99,7 @@ template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
 __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 
 #ifndef RX_UNROLL
-#define RX_UNROLL 4 /* 16-byte loads in flight per thread */
+#define RX_UNROLL 8 /* 16-byte loads in flight per thread (measured: 4 loses 12-30% at 512 MiB) */
 #endif
 
 /* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */

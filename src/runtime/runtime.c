@@ -174,8 +174,10 @@ void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
   c->threads = env_int("RESCCL_THREADS", 512);
   c->nslots = env_int("RESCCL_SLOTS", 4);
-  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 512 << 10);
-  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 4 << 20);
+  /* Large tiles: each handshake (fence, flag, slot) then moves a MiB per
+     channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
+  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 1 << 20);
+  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 16 << 20);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
