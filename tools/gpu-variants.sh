@@ -12,12 +12,15 @@ bin=build-gpu/resccl
 if [ -d /opt/lua/usr/lib/x86_64-linux-gnu ]; then # the Lua gpu-check.sh unpacked
   export LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
 fi
-n=2 ch=${CH:-16}
+n=2
 sizes=${SIZES:-67108864 536870912}
 variants=${VARIANTS:-'base||micro=4194304'}
+# NCCL, measured in the same run (tools/nccl-bench.cu), in the last column.
+lo=$(echo $sizes | tr ' ' '\n' | sort -n | head -1) hi=$(echo $sizes | tr ' ' '\n' | sort -n | tail -1)
+nvcc -O2 -o "$out/nccl-bench" tools/nccl-bench.cu -lnccl >/dev/null 2>&1 && "$out/nccl-bench" "$lo" "$hi" >"$out/nccl.txt" 2>&1
 printf '%-14s %10s' collective bytes
 for v in $variants; do printf ' %10s' "${v%%|*}"; done
-echo
+printf ' %10s\n' NCCL
 for c in allreduce allgather reducescatter; do
   for bytes in $sizes; do
     elems=$((bytes / 4)) count=$elems factor=1
@@ -32,12 +35,13 @@ for c in allreduce allgather reducescatter; do
       nmicro=$((chunk / ${micro:-4194304})); [ $nmicro -lt 1 ] && nmicro=1
       log="$out/$c-$bytes-$name.txt"
       RESCCL_NVRTC_OPTIONS="$opts" "$bin" run "algorithms/${c}_ring.lua" ranks=$n ndev=$n count=$count \
-        nmicro=$nmicro slots=4 slot_bytes=524288 channels=$ch iters=10 $args --gpu >"$log" 2>&1
+        nmicro=$nmicro slots=4 slot_bytes=1048576 channels=16 iters=10 $args --gpu >"$log" 2>&1
       ms=$(sed -n 's/^exec .* 0 wrong (\([0-9.]*\) ms).*/\1/p' "$log" | head -1)
       bw=$(awk -v b=$bytes -v ms="${ms:-0}" -v n=$n -v f=$factor \
         'BEGIN { if (ms > 0) printf "%.1f", b / (ms / 1e3) / 1e9 * f * (n - 1) / n; else print "-" }')
       row="$row $(printf ' %10s' "$bw")"
     done
-    echo "$row"
+    col=$([ $c = allreduce ] && echo 2 || ([ $c = allgather ] && echo 3 || echo 4))
+    echo "$row $(printf ' %10s' "$(awk -v b=$bytes -v k=$col '$1 == b { print $k }' "$out/nccl.txt" 2>/dev/null)")"
   done
 done
