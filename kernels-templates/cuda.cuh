@@ -20,11 +20,13 @@
 #ifndef RX_CUDA_CUH
 #define RX_CUDA_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
-enum { RX_F32, RX_I32, RX_F64, RX_I64 };
+enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */
 enum { RX_SUM, RX_MAX, RX_MIN, RX_PROD };
 
 typedef struct {
@@ -79,14 +81,31 @@ __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
   return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
 }
 
-template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
-  switch (op) {
-  case RX_SUM: return a + b;
-  case RX_MAX: return a > b ? a : b;
-  case RX_MIN: return a < b ? a : b;
-  default: return a * b;
+/* a (op) b. Integers add and multiply in their unsigned type U, so that
+   overflow wraps around (NCCL's semantics, and no undefined behaviour). */
+#define RX_ARITH(T, U)                                   \
+  __device__ static inline T rx_op(int op, T a, T b) {  \
+    switch (op) {                                        \
+    case RX_SUM: return (T)((U)a + (U)b);                \
+    case RX_MAX: return a > b ? a : b;                   \
+    case RX_MIN: return a < b ? a : b;                   \
+    default: return (T)((U)a * (U)b);                    \
+    }                                                    \
   }
-}
+RX_ARITH(int8_t, uint8_t)
+RX_ARITH(uint8_t, uint8_t)
+RX_ARITH(int32_t, uint32_t)
+RX_ARITH(uint32_t, uint32_t)
+RX_ARITH(int64_t, uint64_t)
+RX_ARITH(uint64_t, uint64_t)
+RX_ARITH(float, float)
+RX_ARITH(double, double)
+
+/* f16 and bf16 compute in float and round to nearest even, as the host does. */
+#define RX_HALF(T, TO, FROM) \
+  __device__ static inline T rx_op(int op, T a, T b) { return FROM(rx_op(op, TO(a), TO(b))); }
+RX_HALF(__half, __half2float, __float2half_rn)
+RX_HALF(__nv_bfloat16, __bfloat162float, __float2bfloat16_rn)
 
 /* Loads that bypass L1: FIFO slots are rewritten by the peer GPU, and L1 is not coherent. */
 __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
@@ -143,7 +162,7 @@ __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, s
 #pragma unroll
       for (int k = 0; k < RX_UNROLL / 2; k++) {
 #pragma unroll
-        for (int j = 0; j < V; j++) x[k].e[j] = rx_op<T>(op, x[k].e[j], y[k].e[j]);
+        for (int j = 0; j < V; j++) x[k].e[j] = rx_op(op, x[k].e[j], y[k].e[j]);
         o4[i + k * step] = x[k].raw;
         if (f4) f4[i + k * step] = x[k].raw;
       }
@@ -152,14 +171,14 @@ __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, s
       Vec x, y;
       x.raw = rx_ld16(u4 + i), y.raw = rx_ld16(s4 + i);
 #pragma unroll
-      for (int j = 0; j < V; j++) x.e[j] = rx_op<T>(op, x.e[j], y.e[j]);
+      for (int j = 0; j < V; j++) x.e[j] = rx_op(op, x.e[j], y.e[j]);
       o4[i] = x.raw;
       if (f4) f4[i] = x.raw;
     }
     head = nv * V;
   }
   for (size_t i = head + threadIdx.x; i < n; i += blockDim.x) {
-    T v = rx_op<T>(op, ((volatile const T *)operand)[i], ((volatile const T *)in)[i]);
+    T v = rx_op(op, __ldcg(operand + i), __ldcg(in + i));
     out[i] = v;
     if (fwd) fwd[i] = v;
   }
@@ -170,13 +189,19 @@ __device__ static inline void rx_move(const RxRun *r, char *out, const char *ope
                                       char *fwd) {
   if (!operand) return rx_copy16(out, in, n * r->esize, fwd);
   switch (r->dtype) {
-  case RX_F32: return rx_move_t<float>((float *)out, (const float *)operand, (const float *)in, n, r->op, (float *)fwd);
-  case RX_I32:
-    return rx_move_t<int32_t>((int32_t *)out, (const int32_t *)operand, (const int32_t *)in, n, r->op, (int32_t *)fwd);
-  case RX_F64:
-    return rx_move_t<double>((double *)out, (const double *)operand, (const double *)in, n, r->op, (double *)fwd);
-  default:
-    return rx_move_t<int64_t>((int64_t *)out, (const int64_t *)operand, (const int64_t *)in, n, r->op, (int64_t *)fwd);
+#define RX_CASE(D, T) \
+  case D: return rx_move_t<T>((T *)out, (const T *)operand, (const T *)in, n, r->op, (T *)fwd);
+  RX_CASE(RX_I8, int8_t)
+  RX_CASE(RX_U8, uint8_t)
+  RX_CASE(RX_I32, int32_t)
+  RX_CASE(RX_U32, uint32_t)
+  RX_CASE(RX_I64, int64_t)
+  RX_CASE(RX_U64, uint64_t)
+  RX_CASE(RX_F16, __half)
+  RX_CASE(RX_F32, float)
+  RX_CASE(RX_F64, double)
+  RX_CASE(RX_BF16, __nv_bfloat16)
+#undef RX_CASE
   }
 }
 

@@ -417,7 +417,8 @@ double coll_busbw_factor(Coll c, int nranks);
 
 /* ----------------------------------------------------------- exec_host.c */
 
-typedef enum { DT_F32, DT_I32, DT_F64, DT_I64, NDTYPE } Dtype;
+/* Datatypes, numbered as NCCL's ncclDataType_t. */
+typedef enum { DT_I8, DT_U8, DT_I32, DT_U32, DT_I64, DT_U64, DT_F16, DT_F32, DT_F64, DT_BF16, NDTYPE } Dtype;
 typedef enum { RED_SUM, RED_MAX, RED_MIN, RED_PROD, NREDOP } RedOp;
 
 typedef struct {
@@ -459,11 +460,17 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
 
 typedef void (*RedFn)(void *dst, const void *src, size_t n); /* dst[i] = dst[i] (op) src[i] */
 extern const size_t dtype_size[NDTYPE];
-const char *dtype_name(int d);
-int dtype_parse(const char *s);
+const char *dtype_name(int d);   /* the short name: "f16" */
+int dtype_parse(const char *s);  /* also NCCL's spellings ("half", "float16"); -1 when unknown */
 const char *redop_name(int o);
 int redop_parse(const char *s);
 RedFn data_reducer(Dtype dt, RedOp op);
+/* f16 and bf16 are kept as their bits; arithmetic converts to float and back,
+   rounding to nearest even. */
+float f16_to_float(uint16_t h);
+uint16_t f16_from_float(float f);
+float bf16_to_float(uint16_t h);
+uint16_t bf16_from_float(float f);
 /* Elements per rank of each buffer for this count. */
 void data_elems(const Program *p, size_t count, size_t elems[NBUF]);
 /* Per rank, three buffers (rank*3 + BUF_*): inputs where the placement puts them, the rest poisoned. */

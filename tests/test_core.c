@@ -1,8 +1,11 @@
 /*
 ** test_core.c — unit tests of the C stages, without Lua: topology, program,
-** DAG, schedulers, lowering, TB allocation, verifier, templates, emitter and
-** host executor. Programs are built here with prog_add, as the DSL would.
+** DAG, schedulers, lowering, TB allocation, verifier, templates, emitter,
+** dtypes and host executor. Programs are built here with prog_add, as the
+** DSL would.
 */
+#include <float.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -324,6 +327,45 @@ static void test_emit(void **state) {
   prog_free(p);
 }
 
+/* --------------------------------------------------------------- data */
+
+static void test_half_conversions(void **state) {
+  (void)state;
+  /* Every f16 and bf16 that is a number survives the round trip through float. */
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    if ((h & 0x7c00) != 0x7c00 || (h & 0x3ff) == 0) assert_int_equal(f16_from_float(f16_to_float((uint16_t)h)), h);
+    if ((h & 0x7f80) != 0x7f80 || (h & 0x7f) == 0) assert_int_equal(bf16_from_float(bf16_to_float((uint16_t)h)), h);
+  }
+  assert_int_equal(f16_from_float(1.0f), 0x3c00);
+  assert_int_equal(f16_from_float(-2.0f), 0xc000);
+  assert_int_equal(f16_from_float(65504.0f), 0x7bff);
+  assert_int_equal(f16_from_float(65519.0f), 0x7bff);
+  assert_int_equal(f16_from_float(65520.0f), 0x7c00);    /* a tie, to even: infinity */
+  assert_int_equal(f16_from_float(1 + 0x1p-11f), 0x3c00); /* ties go to the even neighbour */
+  assert_int_equal(f16_from_float(1 + 0x3p-11f), 0x3c02);
+  assert_int_equal(f16_from_float(0x1p-24f), 0x0001);     /* subnormals */
+  assert_int_equal(f16_from_float(0x1p-25f), 0x0000);
+  assert_int_equal(f16_from_float(0x3p-25f), 0x0002);
+  assert_int_equal(f16_from_float(0x1p-14f - 0x1p-25f), 0x0400); /* rounds up into the normals */
+  assert_true(f16_to_float(0x0001) == 0x1p-24f);
+  assert_true(f16_to_float(f16_from_float(NAN)) != f16_to_float(f16_from_float(NAN)));
+  assert_int_equal(bf16_from_float(1.0f), 0x3f80);
+  assert_int_equal(bf16_from_float(1 + 0x1p-8f), 0x3f80);
+  assert_int_equal(bf16_from_float(1 + 0x3p-8f), 0x3f82);
+  assert_int_equal(bf16_from_float(FLT_MAX), 0x7f80);
+  assert_true(bf16_to_float(bf16_from_float(NAN)) != bf16_to_float(bf16_from_float(NAN)));
+}
+
+static void test_dtype_names(void **state) {
+  (void)state;
+  assert_int_equal(dtype_parse("half"), DT_F16);
+  assert_int_equal(dtype_parse("bfloat16"), DT_BF16);
+  assert_int_equal(dtype_parse("uint8"), DT_U8);
+  assert_int_equal(dtype_parse("double"), DT_F64);
+  assert_int_equal(dtype_parse("f8"), -1);
+  for (int d = 0; d < NDTYPE; d++) assert_int_equal(dtype_parse(dtype_name(d)), d);
+}
+
 /* ----------------------------------------------------------- executor */
 
 static void test_exec_host(void **state) {
@@ -358,6 +400,7 @@ int main(void) {
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_template),        cmocka_unit_test(test_emit),
+    cmocka_unit_test(test_half_conversions), cmocka_unit_test(test_dtype_names),
     cmocka_unit_test(test_exec_host),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

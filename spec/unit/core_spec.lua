@@ -124,7 +124,11 @@ describe("core.compile", function()
     local plan = core.compile(ring_ag(4), topo)
     local r = assert(plan:exec { dtype = "i32", count = 77, nmicro = 2 })
     assert.equal(0, r.wrong)
-    assert.matches("bad option dtype='f16'", h.pcall_err(plan.exec, plan, { dtype = "f16" }))
+    assert.matches("bad option dtype='f8' %(i8, u8, i32, u32, i64, u64, f16, f32, f64 or bf16 expected%)",
+      h.pcall_err(plan.exec, plan, { dtype = "f8" }))
+    assert.equal(0, assert(plan:exec { dtype = "bfloat16", count = 77 }).wrong)
+    assert.equal("f16", core.dtype "half")
+    assert.same({ nil, "sum, max, min or prod expected" }, { core.redop "mean" })
     local none, err, code = plan:exec { count = 0 }
     assert.is_nil(none)
     assert.equal("count must be at least 1", err)
