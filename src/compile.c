@@ -79,6 +79,7 @@ void plan_free(Plan *pl) {
   dag_free(&pl->dag);
   sched_free(&pl->sched);
   unlower(pl);
+  exec_host_unload(pl);
   free(pl->nofuse);
   memset(pl, 0, sizeof *pl);
 }

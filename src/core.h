@@ -319,6 +319,8 @@ typedef struct {
   int verified;          /* 1 when verify_run passed */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
   double stage_ms[NSTAGE];
+  /* exec_host.c */
+  void *host_so;         /* the emitted host program, compiled and loaded by the first run */
 } Plan;
 
 rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e);
@@ -440,7 +442,9 @@ typedef struct {
   char first_wrong[256];
 } ExecResult;
 
-rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
+/* Compiles the plan's program on the first run and keeps it in the plan. */
+rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
+void exec_host_unload(Plan *pl);
 /* The options make sense, and both ends of every transfer move the same
    number of elements at this count. */
 rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e);
