@@ -14,6 +14,19 @@ local function ring_ag(n)
   return p
 end
 
+-- An all-reduce of 2 chunks on 3 ranks gathered on rank 0, where one transfer
+-- reduces both chunks when chunk 0 already holds rank 2's part and chunk 1
+-- does not: it completes chunk 0 only.
+local function staggered()
+  local p = core.program { name = "staggered", collective = "allreduce", ranks = 3, chunks = 2, file = "m.lua" }
+  p:xfer(0, "input", 0, 0, "output", 0, 2, "copy", 0, "m.lua:1")
+  p:xfer(2, "input", 0, 0, "output", 0, 1, "reduce", 1, "m.lua:2")
+  p:xfer(1, "input", 0, 0, "output", 0, 2, "reduce", 2, "m.lua:3")
+  p:xfer(2, "input", 1, 0, "output", 1, 1, "reduce", 3, "m.lua:4")
+  for r = 1, 2 do p:xfer(0, "output", 0, r, "output", 0, 2, "copy", 4, "m.lua:5") end
+  return p
+end
+
 describe("core.program", function()
   it("validates its definition", function()
     assert.matches("unknown collective 'gather'", h.pcall_err(core.program, { collective = "gather", ranks = 2 }))
@@ -152,6 +165,16 @@ describe("core.compile", function()
     assert.equal("bad size", code)
     assert.equal("s.lua:4: count 7 does not split evenly into 2 chunks per block, as this transfer needs " ..
       "(input chunk 0 -> scratch chunk 1)", err)
+  end)
+end)
+
+describe("copy elision", function()
+  it("keeps a copy whose value a wider read sees next to another", function()
+    -- m.lua:3 reads output chunks 0 and 1: chunk 0 from m.lua:2, chunk 1 still m.lua:1's copy
+    local plan, err = core.compile(staggered(), core.topo_flat(3))
+    assert.is_nil(err)
+    assert.matches("t0 r0%->r0 input%[0%+2%] %-> output%[0%]", plan:dump "dag")
+    assert.equal(0, assert(plan:exec { count = 64 }).wrong)
   end)
 end)
 
