@@ -80,7 +80,7 @@ void plan_free(Plan *pl) {
   sched_free(&pl->sched);
   unlower(pl);
   exec_host_unload(pl);
-  free(pl->nofuse);
+  free(pl->nofuse), free(pl->complete);
   memset(pl, 0, sizeof *pl);
 }
 

@@ -21,7 +21,7 @@ static const char *const dtype_names[NDTYPE][4] = {
   [DT_F64] = {"f64", "double", "float64"}, [DT_BF16] = {"bf16", "bfloat16"},
 };
 const size_t dtype_size[NDTYPE] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-static const char *const redop_names[NREDOP] = {"sum", "max", "min", "prod"};
+static const char *const redop_names[NREDOP] = {"sum", "prod", "max", "min", "avg"};
 
 const char *dtype_name(int d) { return (unsigned)d < NDTYPE ? dtype_names[d][0] : "?"; }
 const char *redop_name(int o) { return (unsigned)o < NREDOP ? redop_names[o] : "?"; }
@@ -118,11 +118,35 @@ RED_NUM(f32, float, float)
 RED_NUM(f64, double, double)
 RED_HALF(bf16, bf16_to_float, bf16_from_float)
 
-#define RED_ROW(tag) {sum_##tag, max_##tag, min_##tag, prod_##tag}
+#define RED_ROW(tag) {sum_##tag, prod_##tag, max_##tag, min_##tag, sum_##tag}
 static const RedFn reducers[NDTYPE][NREDOP] = {
   RED_ROW(i8), RED_ROW(u8), RED_ROW(i32), RED_ROW(u32), RED_ROW(i64),
   RED_ROW(u64), RED_ROW(f16), RED_ROW(f32), RED_ROW(f64), RED_ROW(bf16),
 };
+
+/* avg's division of a completed sum (see core.h): integers truncate, f16
+   and bf16 divide in float. */
+#define DIV_FN(tag, T, EXPR)                                        \
+  static void div_##tag(void *d_, size_t n, int nranks) {           \
+    T *d = d_;                                                      \
+    for (size_t i = 0; i < n; i++) {                                \
+      T a = d[i];                                                   \
+      d[i] = (EXPR);                                                \
+    }                                                               \
+  }
+DIV_FN(i8, int8_t, (int8_t)(a / nranks))
+DIV_FN(u8, uint8_t, (uint8_t)(a / nranks))
+DIV_FN(i32, int32_t, a / nranks)
+DIV_FN(u32, uint32_t, a / (uint32_t)nranks)
+DIV_FN(i64, int64_t, a / nranks)
+DIV_FN(u64, uint64_t, a / (uint64_t)nranks)
+DIV_FN(f16, uint16_t, f16_from_float(f16_to_float(a) / (float)nranks))
+DIV_FN(f32, float, a / (float)nranks)
+DIV_FN(f64, double, a / nranks)
+DIV_FN(bf16, uint16_t, bf16_from_float(bf16_to_float(a) / (float)nranks))
+
+static const PostFn divs[NDTYPE] = {div_i8, div_u8, div_i32, div_u32, div_i64, div_u64, div_f16, div_f32, div_f64,
+                                    div_bf16};
 
 static int is_float(Dtype dt) { return dt == DT_F16 || dt == DT_F32 || dt == DT_F64 || dt == DT_BF16; }
 
@@ -130,10 +154,12 @@ static int is_float(Dtype dt) { return dt == DT_F16 || dt == DT_F32 || dt == DT_
 ** Input element i of rank r, chosen so that every partial result of the
 ** reduction is exact in the dtype: then any reduction order gives the same
 ** bits, and the check can be exact.
-** - sum, max, min: integers in [-a, a]. Integer types wrap around, which is
-**   exact in any order, so a = 30 and i8/u8 sums do wrap. In a floating
-**   type, nranks * a stays within the integers it holds exactly (bf16: 256,
-**   f16: 2048); with more ranks than that, those beyond contribute 0.
+** - sum, max, min, avg: integers in [-a, a]. Integer types wrap around,
+**   which is exact in any order, so a = 30 and i8/u8 sums do wrap. In a
+**   floating type, nranks * a stays within the integers it holds exactly
+**   (bf16: 256, f16: 2048); with more ranks than that, those beyond
+**   contribute 0. avg then divides the exact sum once, rounding as the
+**   executors do.
 ** - prod: floats are +-1, 2 or 1/2, so partial products are powers of two,
 **   and only ranks below prod_ranks draw 2 or 1/2, so none leaves the
 **   exponent range (f16: 2^15 down to 2^-24). Integers are 1, -1 or 3: odd,
@@ -193,6 +219,7 @@ static double get(const void *base, size_t i, Dtype dt) {
 }
 
 RedFn data_reducer(Dtype dt, RedOp op) { return reducers[dt][op]; }
+PostFn data_post(Dtype dt, RedOp op) { return op == RED_AVG ? divs[dt] : NULL; }
 
 void data_elems(const Program *p, size_t count, size_t elems[NBUF]) {
   for (int b = 0; b < NBUF; b++) elems[b] = (size_t)((prog_bufchunks(p, b) + p->chunks - 1) / p->chunks) * count;
@@ -229,6 +256,7 @@ void data_check(const Plan *pl, const ExecOpts *o, char *const *buf, ExecResult 
   size_t N = o->count, es = dtype_size[o->dtype], elems[NBUF];
   data_elems(p, N, elems);
   RedFn reduce = data_reducer(o->dtype, o->op);
+  PostFn post = data_post(o->dtype, o->op);
   size_t nin = elems[BUF_INPUT], nout = (size_t)(prog_bufchunks(p, BUF_OUTPUT) / C) * N;
   res->max_err = 0, res->nwrong = 0, res->first_wrong[0] = '\0';
   char **in = xmalloc((size_t)R * sizeof *in);
@@ -249,6 +277,7 @@ void data_check(const Plan *pl, const ExecOpts *o, char *const *buf, ExecResult 
       size_t off = p->coll == COLL_REDUCESCATTER ? (size_t)r * N * es : 0;
       memcpy(ref, in[0] + off, nout * es);
       for (int b = 1; b < R; b++) reduce(ref, in[b] + off, nout);
+      if (post) post(ref, nout, R);
     }
     }
     const char *out = buf[r * 3 + BUF_OUTPUT];

@@ -34,6 +34,13 @@ rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
   if (o->count == 0) return err_set(e, RC_ESIZE, "count must be at least 1");
   if (o->nmicro < 1 || o->nslots < 1 || o->slot_bytes < dtype_size[o->dtype])
     return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
+  for (int t = 0; o->op == RED_AVG && t < pl->dag.n; t++)
+    if (pl->complete[t] > 0 && pl->complete[t] < pl->dag.t[t].cnt) {
+      char at[300];
+      return err_set(e, RC_EINVAL, "%s: op=avg divides each sum in the reduction that completes it, and this one "
+                     "completes %d of its %d chunks (record it as separate transfers)",
+                     plan_task_where(pl, t, at, sizeof at), pl->complete[t], pl->dag.t[t].cnt);
+    }
   RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count};
   /* A hand-placed plan was verified with FIFOs that hold two tiles (verify.c). */
   size_t es = dtype_size[o->dtype], fifo = o->nslots * (o->slot_bytes / es);
@@ -172,7 +179,7 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   memset(res, 0, sizeof *res);
   RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = o->nslots, .count = N, .esize = es,
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
-               .reduce = data_reducer(o->dtype, o->op)};
+               .reduce = data_reducer(o->dtype, o->op), .post = data_post(o->dtype, o->op)};
   RC_CHECK(exec_check_sizes(pl, o, e));
   RC_CHECK(program(pl, o, e));
   const RxRank *prog = dlsym(pl->host_so, "rx_program");

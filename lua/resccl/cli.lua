@@ -61,7 +61,7 @@ sim options:
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
 h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
 f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
-op=sum|max|min|prod, and the algorithm's own parameters.
+op=sum|prod|max|min|avg, and the algorithm's own parameters.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }

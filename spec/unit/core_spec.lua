@@ -141,7 +141,7 @@ describe("core.compile", function()
       h.pcall_err(plan.exec, plan, { dtype = "f8" }))
     assert.equal(0, assert(plan:exec { dtype = "bfloat16", count = 77 }).wrong)
     assert.equal("f16", core.dtype "half")
-    assert.same({ nil, "sum, max, min or prod expected" }, { core.redop "mean" })
+    assert.same({ nil, "sum, prod, max, min or avg expected" }, { core.redop "mean" })
     local none, err, code = plan:exec { count = 0 }
     assert.is_nil(none)
     assert.equal("count must be at least 1", err)
@@ -175,6 +175,34 @@ describe("copy elision", function()
     assert.is_nil(err)
     assert.matches("t0 r0%->r0 input%[0%+2%] %-> output%[0%]", plan:dump "dag")
     assert.equal(0, assert(plan:exec { count = 64 }).wrong)
+  end)
+end)
+
+describe("avg", function()
+  it("divides in the one reduction that completes each value", function()
+    local resccl = require "resccl"
+    local plan = assert(resccl.compile(resccl.load("algorithms/allreduce_ring.lua"):program { ranks = 4 }))
+    local reductions, done, partial = { RRC = true, RRCS = true, RRS = true, REDUCE = true }, 0, 0
+    for name, last in plan:emit("host"):gmatch "\n    RX_(%u+)%([^\n]*, (%d)%);" do
+      if reductions[name] then
+        if last == "1" then done = done + 1 else partial = partial + 1 end
+      end
+    end
+    assert.equal(4, done) -- one per chunk
+    assert.equal(8, partial)
+    for _, dtype in ipairs { "i8", "u64", "f16", "f32" } do
+      assert.equal(0, assert(plan:exec { dtype = dtype, op = "avg", count = 61 }).wrong)
+    end
+  end)
+
+  it("refuses a plan whose reduction completes only some of its chunks", function()
+    local plan = core.compile(staggered(), core.topo_flat(3))
+    assert.equal(0, assert(plan:exec { op = "sum", count = 64 }).wrong)
+    local none, err, code = plan:exec { op = "avg", count = 64 }
+    assert.is_nil(none)
+    assert.equal("m.lua:3: op=avg divides each sum in the reduction that completes it, and this one completes 1 " ..
+      "of its 2 chunks (record it as separate transfers)", err)
+    assert.equal("invalid argument", code)
   end)
 end)
 
