@@ -26,6 +26,9 @@
 #ifndef RX_CUDA_CUH
 #define RX_CUDA_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 typedef struct {
   const RxRun *run;
   const RxArgs *a;
@@ -86,14 +89,35 @@ __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
   return x->a->buf[x->local][buf] + elem * x->a->esize;
 }
 
-template <typename T> __device__ static inline T rx_op(int op, T a, T b) {
-  switch (op) {
-  case RX_SUM: return a + b;
-  case RX_MAX: return a > b ? a : b;
-  case RX_MIN: return a < b ? a : b;
-  default: return a * b;
-  }
-}
+/* a (op) b, avg adding; rx_div is avg's division of a completed sum (see
+   src/core.h). Integers add and multiply in their unsigned type U, so that
+   overflow wraps around (NCCL's semantics, and no undefined behaviour), and
+   divide truncating. */
+#define RX_ARITH(T, U)                                   \
+  __device__ static inline T rx_op(int op, T a, T b) {  \
+    switch (op) {                                        \
+    case RX_PROD: return (T)((U)a * (U)b);               \
+    case RX_MAX: return a > b ? a : b;                   \
+    case RX_MIN: return a < b ? a : b;                   \
+    default: return (T)((U)a + (U)b);                    \
+    }                                                    \
+  }                                                      \
+  __device__ static inline T rx_div(T a, int n) { return (T)(a / n); }
+RX_ARITH(int8_t, uint8_t)
+RX_ARITH(uint8_t, uint8_t)
+RX_ARITH(int32_t, uint32_t)
+RX_ARITH(uint32_t, uint32_t)
+RX_ARITH(int64_t, uint64_t)
+RX_ARITH(uint64_t, uint64_t)
+RX_ARITH(float, float)
+RX_ARITH(double, double)
+
+/* f16 and bf16 compute in float and round to nearest even, as the host does. */
+#define RX_HALF(T, TO, FROM)                                                                   \
+  __device__ static inline T rx_op(int op, T a, T b) { return FROM(rx_op(op, TO(a), TO(b))); } \
+  __device__ static inline T rx_div(T a, int n) { return FROM(TO(a) / n); }
+RX_HALF(__half, __half2float, __float2half_rn)
+RX_HALF(__nv_bfloat16, __bfloat162float, __float2bfloat16_rn)
 
 /* Loads that bypass L1: FIFO slots are rewritten by the peer GPU, and L1 is not coherent. */
 __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
@@ -132,9 +156,16 @@ __device__ static inline void rx_copy16(char *out, const char *in, size_t bytes,
   }
 }
 
-/* out[i] = operand[i] (+) in[i]; the block strides, V elements per 16-byte access when aligned. */
+/* a (op) b, divided by div unless it is 0. */
+template <typename T> __device__ static inline T rx_red(int op, int div, T a, T b) {
+  T v = rx_op(op, a, b);
+  return div ? rx_div(v, div) : v;
+}
+
+/* out[i] = operand[i] (+) in[i], divided by div unless it is 0; the block
+   strides, V elements per 16-byte access when aligned. */
 template <typename T>
-__device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, T *fwd) {
+__device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, int div, T *fwd) {
   const int V = 16 / sizeof(T);
   size_t head = 0;
   if (((uintptr_t)out | (uintptr_t)operand | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
@@ -152,7 +183,7 @@ __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, s
 #pragma unroll
       for (int k = 0; k < RX_UNROLL / 2; k++) {
 #pragma unroll
-        for (int j = 0; j < V; j++) x[k].e[j] = rx_op<T>(op, x[k].e[j], y[k].e[j]);
+        for (int j = 0; j < V; j++) x[k].e[j] = rx_red(op, div, x[k].e[j], y[k].e[j]);
         o4[i + k * step] = x[k].raw;
         if (f4) f4[i + k * step] = x[k].raw;
       }
@@ -161,31 +192,40 @@ __device__ static inline void rx_move_t(T *out, const T *operand, const T *in, s
       Vec x, y;
       x.raw = rx_ld16(u4 + i), y.raw = rx_ld16(s4 + i);
 #pragma unroll
-      for (int j = 0; j < V; j++) x.e[j] = rx_op<T>(op, x.e[j], y.e[j]);
+      for (int j = 0; j < V; j++) x.e[j] = rx_red(op, div, x.e[j], y.e[j]);
       o4[i] = x.raw;
       if (f4) f4[i] = x.raw;
     }
     head = nv * V;
   }
   for (size_t i = head + threadIdx.x; i < n; i += blockDim.x) {
-    T v = rx_op<T>(op, ((volatile const T *)operand)[i], ((volatile const T *)in)[i]);
+    T v = rx_red(op, div, __ldcg(operand + i), __ldcg(in + i));
     out[i] = v;
     if (fwd) fwd[i] = v;
   }
 }
 
-/* Move n elements: out = in, or out = operand (+) in; also write them to fwd. */
+/* Move n elements: out = in, or out = operand (+) in; also write them to fwd.
+   `done`: the reduction completes the values, so avg divides them here,
+   before they are stored or forwarded (see src/core.h). */
 __device__ static inline void rx_move(const RxArgs *r, char *out, const char *operand, const char *in, size_t n,
-                                      char *fwd) {
+                                      int done, char *fwd) {
   if (!operand) return rx_copy16(out, in, n * r->esize, fwd);
+  int div = done && r->op == RX_AVG ? r->nranks : 0;
   switch (r->dtype) {
-  case RX_F32: return rx_move_t<float>((float *)out, (const float *)operand, (const float *)in, n, r->op, (float *)fwd);
-  case RX_I32:
-    return rx_move_t<int32_t>((int32_t *)out, (const int32_t *)operand, (const int32_t *)in, n, r->op, (int32_t *)fwd);
-  case RX_F64:
-    return rx_move_t<double>((double *)out, (const double *)operand, (const double *)in, n, r->op, (double *)fwd);
-  default:
-    return rx_move_t<int64_t>((int64_t *)out, (const int64_t *)operand, (const int64_t *)in, n, r->op, (int64_t *)fwd);
+#define RX_CASE(D, T) \
+  case D: return rx_move_t<T>((T *)out, (const T *)operand, (const T *)in, n, r->op, div, (T *)fwd);
+  RX_CASE(RX_I8, int8_t)
+  RX_CASE(RX_U8, uint8_t)
+  RX_CASE(RX_I32, int32_t)
+  RX_CASE(RX_U32, uint32_t)
+  RX_CASE(RX_I64, int64_t)
+  RX_CASE(RX_U64, uint64_t)
+  RX_CASE(RX_F16, __half)
+  RX_CASE(RX_F32, float)
+  RX_CASE(RX_F64, double)
+  RX_CASE(RX_BF16, __nv_bfloat16)
+#undef RX_CASE
   }
 }
 
@@ -249,14 +289,14 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, NULL);
+    rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
     rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
 
 /* Receive into (wbuf, widx), reducing with (ubuf, uidx) when ubuf >= 0; forward on cout. */
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
-                                      int m) {
+                                            int done, int m) {
   size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
   if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
@@ -267,7 +307,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
     char *o = cout >= 0 ? rx_slot_out(x, cout, &out_seq) : NULL;
     /* wbuf < 0 (recvReduceSend) keeps nothing: the result goes straight into the slot. */
     char *d = wbuf >= 0 ? rx_at(x, wbuf, lo + k) : o;
-    rx_move(x->a, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, d == o ? NULL : o);
+    rx_move(x->a, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, done, d == o ? NULL : o);
     __syncthreads();
     if (threadIdx.x == 0) {
       if (cout >= 0) rx_st(rx_fifo(x, cout)->tail, out_seq + 1);
@@ -284,18 +324,18 @@ __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, i
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->a, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, s);
+    rx_move(x->a, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, 0, s);
     rx_publish(rx_fifo(x, cout)->tail, seq + 1);
   }
 }
 
 __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
-                                       int m) {
+                                             int done, int m) {
   size_t slo, ulo = 0, dlo, n;
   rx_tile(x, ridx, cnt, m, &slo, &n);
   rx_tile(x, widx, cnt, m, &dlo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
-  rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, NULL);
+  rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, done, NULL);
   __syncthreads();
 }
 
@@ -306,14 +346,14 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) rx_send(x, c, b, i, n, m)
-#define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, m)
-#define RX_RRC(c, ub, ui, b, i, n) rx_recv(x, c, -1, ub, ui, b, i, n, m)
-#define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, m)
-#define RX_RRCS(ci, co, ub, ui, b, i, n) rx_recv(x, ci, co, ub, ui, b, i, n, m)
-#define RX_RRS(ci, co, ub, ui, n) rx_recv(x, ci, co, ub, ui, -1, 0, n, m)
+#define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)
+#define RX_RRC(c, ub, ui, b, i, n, d) rx_recv(x, c, -1, ub, ui, b, i, n, d, m)
+#define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)
+#define RX_RRCS(ci, co, ub, ui, b, i, n, d) rx_recv(x, ci, co, ub, ui, b, i, n, d, m)
+#define RX_RRS(ci, co, ub, ui, n, d) rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)
 #define RX_CS(co, rb, ri, wb, wi, n) rx_copy_send(x, co, rb, ri, wb, wi, n, m)
-#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
-#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
 /* A rank is a switch over its TBs; the program one kernel over its ranks. */
 #define RX_RANK_BEGIN(r) __device__ static void rx_rank_##r(RxCtx *x) { switch (x->tb) {
 #define RX_RANK_TB(r, b) case b: rx_tb_##r##_##b(x); break;

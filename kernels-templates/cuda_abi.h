@@ -10,16 +10,20 @@
 #ifdef __CUDACC_RTC__ /* NVRTC has no C library headers */
 typedef unsigned long size_t;
 typedef unsigned long uintptr_t;
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
 typedef int int32_t;
+typedef unsigned int uint32_t;
 typedef long long int64_t;
+typedef unsigned long long uint64_t;
 #else
 #include <stddef.h>
 #include <stdint.h>
 #endif
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
-enum { RX_F32, RX_I32, RX_F64, RX_I64 };
-enum { RX_SUM, RX_MAX, RX_MIN, RX_PROD };
+enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */
+enum { RX_SUM, RX_PROD, RX_MAX, RX_MIN, RX_AVG }; /* as ncclRedOp_t */
 
 typedef struct {
   unsigned long long *tail; /* receiver's memory */
@@ -49,7 +53,7 @@ typedef struct RxArgs {
   char *buf[RX_MAXLOCAL][3];
   size_t count, esize;
   unsigned base;
-  int nmicro, dtype, op;
+  int nranks, nmicro, dtype, op;
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
 } RxArgs;
 

@@ -41,6 +41,7 @@ typedef struct RxRun {
   RxFifo *fifo;            /* per connection */
   RxWord *flag;            /* per flag: micro-batches finished */
   void (*reduce)(void *dst, const void *src, size_t n);
+  void (*post)(void *dst, size_t n, int nranks); /* avg's division of a completed value, or NULL */
   _Atomic uint32_t progress; /* bumped on every step of every thread */
   _Atomic int abort;
 } RxRun;
@@ -176,10 +177,13 @@ static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) 
   return 0;
 }
 
-/* out = operand (+) in, elementwise; the operand may be out itself. */
-static inline void rx_combine(RxRun *r, char *out, const char *operand, const char *in, size_t n) {
+/* out = operand (+) in, elementwise; the operand may be out itself. `done`:
+   this reduction completes the values, so avg divides them here, before
+   they are stored or forwarded (see core.h). */
+static inline void rx_combine(RxRun *r, char *out, const char *operand, const char *in, size_t n, int done) {
   if (out != operand) memmove(out, operand, n * r->esize);
   r->reduce(out, in, n);
+  if (done && r->post) r->post(out, n, r->nranks);
 }
 
 /*
@@ -187,7 +191,8 @@ static inline void rx_combine(RxRun *r, char *out, const char *operand, const ch
 ** when ubuf >= 0; then forward what was written on cout when cout >= 0.
 ** wbuf < 0 keeps nothing: the result goes straight into the outgoing slot.
 */
-static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt, int m) {
+static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt, int done,
+                          int m) {
   size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
   if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
@@ -198,7 +203,7 @@ static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int w
     char *o = cout >= 0 ? rx_slot_out(x, cout) : NULL;
     if (cout >= 0 && !o) return 1;
     char *d = wbuf >= 0 ? rx_at(x, wbuf, lo + k) : o;
-    if (ubuf >= 0) rx_combine(x->run, d, rx_at(x, ubuf, ulo + k), s, w);
+    if (ubuf >= 0) rx_combine(x->run, d, rx_at(x, ubuf, ulo + k), s, w, done);
     else memcpy(d, s, w * es);
     if (cout >= 0) {
       if (d != o) memcpy(o, d, w * es);
@@ -226,13 +231,14 @@ static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf,
 }
 
 /* Local copy, or reduce (out = operand (+) source) when ubuf >= 0. */
-static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt, int m) {
+static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt, int done,
+                           int m) {
   size_t slo, ulo, dlo, n;
   rx_tile(x->run, ridx, cnt, m, &slo, &n);
   rx_tile(x->run, widx, cnt, m, &dlo, &n);
   if (ubuf >= 0) {
     rx_tile(x->run, uidx, cnt, m, &ulo, &n);
-    rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), rx_at(x, rbuf, slo), n);
+    rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), rx_at(x, rbuf, slo), n, done);
   } else {
     memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), n * x->run->esize);
   }
@@ -240,21 +246,22 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
   return 0;
 }
 
-/* The emitted program's vocabulary. `x` is the TB's context, `m` the micro-batch. */
+/* The emitted program's vocabulary. `x` is the TB's context, `m` the
+   micro-batch; a reduction's last argument `d` says it completes its values. */
 #define RX_TB(r, b) static void rx_tb_##r##_##b(RxCtx *x)
 #define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
 #define RX_AT(i) (x->at = (i))
 #define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
-#define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, m)) return; } while (0)
-#define RX_RRC(c, ub, ui, b, i, n) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, m)) return; } while (0)
-#define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, m)) return; } while (0)
-#define RX_RRCS(ci, co, ub, ui, b, i, n) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, m)) return; } while (0)
-#define RX_RRS(ci, co, ub, ui, n) do { if (rx_recv(x, ci, co, ub, ui, -1, 0, n, m)) return; } while (0)
+#define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
+#define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)
+#define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
+#define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)
+#define RX_RRS(ci, co, ub, ui, n, d) do { if (rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)) return; } while (0)
 #define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
-#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, m)
-#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n) rx_local(x, rb, ri, ub, ui, wb, wi, n, m)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
 #define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
 #define RX_RANK_TB(r, b) rx_tb_##r##_##b,

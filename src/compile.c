@@ -79,7 +79,8 @@ void plan_free(Plan *pl) {
   dag_free(&pl->dag);
   sched_free(&pl->sched);
   unlower(pl);
-  free(pl->nofuse);
+  exec_host_unload(pl);
+  free(pl->nofuse), free(pl->complete);
   memset(pl, 0, sizeof *pl);
 }
 

@@ -321,8 +321,11 @@ typedef struct {
   int ntbs;
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
+  int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
   double stage_ms[NSTAGE];
+  /* exec_host.c */
+  void *host_so;         /* the emitted host program, compiled and loaded by the first run */
 } Plan;
 
 rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e);
@@ -424,8 +427,24 @@ double coll_busbw_factor(Coll c, int nranks);
 
 /* ----------------------------------------------------------- exec_host.c */
 
-typedef enum { DT_F32, DT_I32, DT_F64, DT_I64, NDTYPE } Dtype;
-typedef enum { RED_SUM, RED_MAX, RED_MIN, RED_PROD, NREDOP } RedOp;
+/* Datatypes and reduction operators, numbered as NCCL's ncclDataType_t and ncclRedOp_t. */
+typedef enum { DT_I8, DT_U8, DT_I32, DT_U32, DT_I64, DT_U64, DT_F16, DT_F32, DT_F64, DT_BF16, NDTYPE } Dtype;
+typedef enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN, RED_AVG, NREDOP } RedOp;
+
+/*
+** avg is NCCL's ncclAvg: a sum, then the reduced value divided by nranks
+** (integers: the wrapped sum's integer division, truncating, as NCCL's
+** SumPostDiv; f16 and bf16 in float). NCCL premultiplies floats by 1/nranks
+** instead; dividing the exact sum once is what the reference matches bit
+** for bit. The division runs once per value, in the reduction that
+** completes it (every rank's contribution in: Plan.complete, from the
+** verifier's symbolic run), before that reduction stores or forwards it;
+** copies then carry the quotient. The verifier proves every output element
+** holds each contribution once, so it descends from exactly one completing
+** reduction, whatever the algorithm: it is divided exactly once. A
+** reduction that completes only some of its chunks cannot divide just
+** those, and avg refuses such a plan.
+*/
 
 typedef struct {
   Dtype dtype;
@@ -446,9 +465,12 @@ typedef struct {
   char first_wrong[256];
 } ExecResult;
 
-rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
-/* The options make sense, and both ends of every transfer move the same
-   number of elements at this count. */
+/* Compiles the plan's program on the first run and keeps it in the plan. */
+rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
+void exec_host_unload(Plan *pl);
+/* The options make sense (avg: every reduction completes all of its chunks
+   or none), and both ends of every transfer move the same number of
+   elements at this count. */
 rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e);
 
 /* ------------------------------------------------------------ exec_gpu.c */
@@ -465,12 +487,20 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
 /* ---------------------------------------------------------------- data.c */
 
 typedef void (*RedFn)(void *dst, const void *src, size_t n); /* dst[i] = dst[i] (op) src[i] */
+typedef void (*PostFn)(void *dst, size_t n, int nranks);     /* dst[i] = dst[i] / nranks */
 extern const size_t dtype_size[NDTYPE];
-const char *dtype_name(int d);
-int dtype_parse(const char *s);
+const char *dtype_name(int d);   /* the short name: "f16" */
+int dtype_parse(const char *s);  /* also NCCL's spellings ("half", "float16"); -1 when unknown */
 const char *redop_name(int o);
 int redop_parse(const char *s);
-RedFn data_reducer(Dtype dt, RedOp op);
+RedFn data_reducer(Dtype dt, RedOp op);          /* avg: the sum */
+PostFn data_post(Dtype dt, RedOp op);            /* avg: its division; NULL for the other ops */
+/* f16 and bf16 are kept as their bits; arithmetic converts to float and back,
+   rounding to nearest even. */
+float f16_to_float(uint16_t h);
+uint16_t f16_from_float(float f);
+float bf16_to_float(uint16_t h);
+uint16_t bf16_from_float(float f);
 /* Elements per rank of each buffer for this count. */
 void data_elems(const Program *p, size_t count, size_t elems[NBUF]);
 /* Per rank, three buffers (rank*3 + BUF_*): inputs where the placement puts them, the rest poisoned. */

@@ -46,13 +46,18 @@ static void forward(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
   for (int i = 0; i < n; i++) {
     Task *k = &t[i];
     int rk[2], bf[2], *ix[2], nr = reads(k, rk, bf, ix, k);
-    /* A read of a candidate's value must lie inside its destination, all of it. */
+    /* A read of a candidate's value must lie inside its destination, all of
+       it: a read that also sees other values keeps every copy it sees. */
     for (int r = 0; r < nr; r++) {
       size_t b = lid(L, rk[r], bf[r], *ix[r]);
       int P = lastw[b];
-      if (P < 0 || !is_copy(&t[P])) continue;
       for (int c = 0; c < k->cnt; c++)
-        if (lastw[b + c] != P) bad[P] = 1;
+        if (lastw[b + c] != P) {
+          for (int j = 0; j < k->cnt; j++)
+            if (lastw[b + j] >= 0 && is_copy(&t[lastw[b + j]])) bad[lastw[b + j]] = 1;
+          break;
+        }
+      if (P < 0 || !is_copy(&t[P])) continue;
       if (*ix[r] < t[P].didx || *ix[r] + k->cnt > t[P].didx + t[P].cnt || bf[r] != t[P].dbuf) bad[P] = 1;
     }
     size_t d = lid(L, k->dst, k->dbuf, k->didx);

@@ -32,11 +32,13 @@ static void call(Buf *b, const char *name, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* One pipeline entry; `loop` wraps it in its own micro-batch loop (task-level). */
+/* One pipeline entry; `loop` wraps it in its own micro-batch loop (task-level).
+   A reduction's last argument says whether it completes its values, where
+   avg divides (see core.h). */
 static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   const Prim *p = &pl->p[i];
   const Program *pg = pl->prog;
-  int t = p->tin >= 0 ? p->tin : p->tout;
+  int t = p->tin >= 0 ? p->tin : p->tout, done = pl->complete[t] == pl->dag.t[t].cnt;
   Src at = pg->xf[pl->dag.t[t].xf].at;
   buf_puts(b, "  /* sub-pipeline ");
   buf_int(b, p->slot);
@@ -56,13 +58,17 @@ static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   switch (p->kind) {
   case PR_SEND: call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt); break;
   case PR_RECV: call(b, "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
-  case PR_RRC: call(b, "RX_RRC", "ibibii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  case PR_RRC: call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done); break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
-  case PR_RRCS: call(b, "RX_RRCS", "iibibii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
-  case PR_RRS: call(b, "RX_RRS", "iibii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt); break;
+  case PR_RRCS:
+    call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    break;
+  case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
   case PR_CS: call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
   case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
-  default: call(b, "RX_REDUCE", "bibibii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt); break;
+  default:
+    call(b, "RX_REDUCE", "bibibiii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    break;
   }
   if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
   if (loop) buf_puts(b, "  }\n");

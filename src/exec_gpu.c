@@ -18,11 +18,9 @@
 #include "../include/resccl.h"
 #include "runtime/job.h"
 
-/* resccl_datatype_t and resccl_red_op_t of the executor's dtypes and ops. */
-static const int api_dtype[NDTYPE] = {[DT_F32] = resccl_float32, [DT_I32] = resccl_int32, [DT_F64] = resccl_float64,
-                                      [DT_I64] = resccl_int64};
-static const int api_op[NREDOP] = {[RED_SUM] = resccl_sum, [RED_MAX] = resccl_max, [RED_MIN] = resccl_min,
-                                   [RED_PROD] = resccl_prod};
+/* Dtype and RedOp are numbered as resccl_datatype_t and resccl_red_op_t (NCCL's order). */
+_Static_assert((int)DT_BF16 == (int)resccl_bfloat16 && (int)NDTYPE == (int)resccl_num_types, "dtype numbering");
+_Static_assert((int)RED_AVG == (int)resccl_avg && (int)NREDOP == (int)resccl_num_ops, "op numbering");
 
 static void *open_runtime(char *why, size_t n) {
   char exe[PATH_MAX], path[PATH_MAX + 32];
@@ -65,7 +63,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   if (fd >= 0) close(fd);
   buf_free(&art);
   RxGpuJob job = {.plan_path = path, .collective = coll_name(p->coll), .inplace = pl->opt.inplace, .nranks = R,
-                  .ndev = g->ndev, .dtype = api_dtype[o->dtype], .op = api_op[o->op], .count = o->count,
+                  .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
                   .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = o->nslots,
                   .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = g->nchan > 0 ? g->nchan : 1,
                   .slot_bytes = o->slot_bytes / dtype_size[o->dtype] * dtype_size[o->dtype],

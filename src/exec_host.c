@@ -1,10 +1,11 @@
 /*
 ** exec_host.c — run the emitted program on the CPU: the plan's code is
 ** emitted for the host target, compiled with the system C compiler into a
-** shared object, loaded, and run with one thread per rank·TB over real
-** buffers and real bounded FIFOs. Inputs are generated per rank, outputs are
-** poisoned first, and every output element is compared with a reference
-** computed directly from the collective's definition, not from the plan.
+** shared object, loaded (once per plan), and run with one thread per
+** rank·TB over real buffers and real bounded FIFOs. Inputs are generated
+** per rank, outputs are poisoned first, and every output element is
+** compared with a reference computed directly from the collective's
+** definition, not from the plan.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -33,6 +34,13 @@ rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
   if (o->count == 0) return err_set(e, RC_ESIZE, "count must be at least 1");
   if (o->nmicro < 1 || o->nslots < 1 || o->slot_bytes < dtype_size[o->dtype])
     return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
+  for (int t = 0; o->op == RED_AVG && t < pl->dag.n; t++)
+    if (pl->complete[t] > 0 && pl->complete[t] < pl->dag.t[t].cnt) {
+      char at[300];
+      return err_set(e, RC_EINVAL, "%s: op=avg divides each sum in the reduction that completes it, and this one "
+                     "completes %d of its %d chunks (record it as separate transfers)",
+                     plan_task_where(pl, t, at, sizeof at), pl->complete[t], pl->dag.t[t].cnt);
+    }
   RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count};
   /* A hand-placed plan was verified with FIFOs that hold two tiles (verify.c). */
   size_t es = dtype_size[o->dtype], fifo = o->nslots * (o->slot_bytes / es);
@@ -145,31 +153,39 @@ static void stuck_report(const Plan *pl, Worker *w, int nw, Err *e) {
   buf_free(&b);
 }
 
-rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
+/* The plan's program, compiled and loaded once: every run after the first
+   (another dtype, op or count) reuses it. */
+static rcStatus program(Plan *pl, const ExecOpts *o, Err *e) {
+  if (pl->host_so) return RC_OK;
+  char dir[] = "/tmp/resccl-XXXXXX";
+  if (!mkdtemp(dir)) return err_set(e, RC_EEXEC, "cannot create a temporary directory");
+  rcStatus rc = load_program(pl, o, dir, &pl->host_so, e);
+  char rm[600];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+  if (system(rm) != 0) { /* leftover temp files are harmless */
+  }
+  return rc;
+}
+
+void exec_host_unload(Plan *pl) {
+  if (pl->host_so) dlclose(pl->host_so);
+  pl->host_so = NULL;
+}
+
+rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   const Program *p = pl->prog;
   int R = p->nranks, C = p->chunks;
   size_t N = o->count, es = dtype_size[o->dtype];
   memset(res, 0, sizeof *res);
   RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = o->nslots, .count = N, .esize = es,
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
-               .reduce = data_reducer(o->dtype, o->op)};
+               .reduce = data_reducer(o->dtype, o->op), .post = data_post(o->dtype, o->op)};
   RC_CHECK(exec_check_sizes(pl, o, e));
-
-  char dir[] = "/tmp/resccl-XXXXXX";
-  if (!mkdtemp(dir)) return err_set(e, RC_EEXEC, "cannot create a temporary directory");
-  void *dl = NULL;
-  rcStatus rc = load_program(pl, o, dir, &dl, e);
-  char path[600];
-  snprintf(path, sizeof path, "rm -rf '%s'", dir);
-  if (system(path) != 0) { /* leftover temp files are harmless */
-  }
-  if (rc != RC_OK) return rc;
-  const RxRank *prog = dlsym(dl, "rx_program");
-  const int *nr = dlsym(dl, "rx_nranks");
-  if (!prog || !nr || *nr != R) {
-    dlclose(dl);
-    return err_set(e, RC_EEXEC, "the emitted program does not match the plan");
-  }
+  RC_CHECK(program(pl, o, e));
+  const RxRank *prog = dlsym(pl->host_so, "rx_program");
+  const int *nr = dlsym(pl->host_so, "rx_nranks");
+  if (!prog || !nr || *nr != R) return err_set(e, RC_EEXEC, "the emitted program does not match the plan");
+  rcStatus rc = RC_OK;
 
   run.buf = data_buffers(pl, o);
   run.fifo = xcalloc((size_t)pl->nconn + 1, sizeof *run.fifo);
@@ -205,6 +221,5 @@ rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);
   for (int c = 0; c < pl->nconn; c++) free(run.fifo[c].slots);
   free(run.buf), free(run.fifo), free(run.flag), free(w);
-  dlclose(dl);
   return rc;
 }

@@ -5,6 +5,7 @@
 **       -> plan, msg, code when a stage failed (plan holds the stages before it)
 **       -> nil, msg, code  when nothing could be compiled
 **   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:schedule()
+**   core.dtype(name), core.redop(name): the names plan:exec takes
 ** A Plan keeps its Program and Topo alive through user values.
 */
 #include <string.h>
@@ -137,16 +138,61 @@ static int l_plan_artifact(lua_State *L) {
   return 1;
 }
 
+/* The names of the dtypes or of the ops: parse() also knows other spellings. */
+typedef struct {
+  int (*parse)(const char *s);
+  const char *(*name)(int i);
+  int n;
+} Names;
+
+static const Names dtypes = {dtype_parse, dtype_name, NDTYPE}, redops = {redop_parse, redop_name, NREDOP};
+
+/* Push "a, b or c expected", the short names. */
+static void push_expected(lua_State *L, const Names *nm) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int i = 0; i < nm->n; i++) {
+    luaL_addstring(&b, i == 0 ? "" : i == nm->n - 1 ? " or " : ", ");
+    luaL_addstring(&b, nm->name(i));
+  }
+  luaL_addstring(&b, " expected");
+  luaL_pushresult(&b);
+}
+
+/* Option k of table t, one of nm, or the default; unknown names raise. */
+static int optname(lua_State *L, int t, const char *k, const char *dflt, const Names *nm) {
+  lua_getfield(L, t, k);
+  const char *v = luaL_optstring(L, -1, dflt);
+  int i = nm->parse(v);
+  if (i < 0) {
+    push_expected(L, nm);
+    return luaL_error(L, "bad option %s='%s' (%s)", k, v, lua_tostring(L, -1));
+  }
+  lua_pop(L, 1);
+  return i;
+}
+
+/* core.dtype(name), core.redop(name) -> the short name ("half" -> "f16") | nil, "... expected" */
+static int l_name(lua_State *L, const Names *nm) {
+  int i = nm->parse(luaL_checkstring(L, 1));
+  if (i >= 0) return lua_pushstring(L, nm->name(i)), 1;
+  lua_pushnil(L);
+  push_expected(L, nm);
+  return 2;
+}
+
+static int l_dtype(lua_State *L) { return l_name(L, &dtypes); }
+static int l_redop(lua_State *L) { return l_name(L, &redops); }
+
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=,
               gpu=, ndev=, threads=, iters=, channels=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
-  static const char *const dts[] = {"f32", "i32", "f64", "i64", NULL}, *const ops[] = {"sum", "max", "min", "prod", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
   lua_settop(L, 2);
   if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
-  ExecOpts o = {.dtype = (Dtype)l_optenum(L, 2, "dtype", "f32", dts), .op = (RedOp)l_optenum(L, 2, "op", "sum", ops)};
+  ExecOpts o = {.dtype = (Dtype)optname(L, 2, "dtype", "f32", &dtypes), .op = (RedOp)optname(L, 2, "op", "sum", &redops)};
   lua_getfield(L, 2, "count");
   o.count = (size_t)luaL_optinteger(L, -1, 1024);
   lua_getfield(L, 2, "nmicro");
@@ -297,7 +343,7 @@ void l_plan_open(lua_State *L) {
                                      {"artifact", l_plan_artifact}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {{"compile", l_compile}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"compile", l_compile}, {"dtype", l_dtype}, {"redop", l_redop}, {NULL, NULL}};
   l_newclass(L, PLAN_MT, meta, methods);
   l_newclass(L, SCHEDULE_MT, smeta, smethods);
   luaL_setfuncs(L, funcs, 0);

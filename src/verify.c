@@ -4,7 +4,9 @@
 ** 1. Post-condition: execute the tasks symbolically in pipeline order. A
 **    location holds a multiset of input contributions, kept as (sum of 64-bit
 **    hashes, count); copies replace, reductions add. Every output chunk must
-**    hold exactly the contributions the collective defines, each once.
+**    hold exactly the contributions the collective defines, each once. On
+**    the way, note the reductions that complete a value (Plan.complete):
+**    where avg divides.
 ** 2. Connection order: both ends of a connection see its tasks in one order.
 ** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
 **    with FIFOs too small to hold a tile (the tightest buffering there is), so
@@ -54,7 +56,7 @@ static int find_one(const Program *p, uint64_t h, char *out, size_t n) {
   return 0;
 }
 
-static rcStatus postcondition(const Plan *pl, Err *e) {
+static rcStatus postcondition(Plan *pl, Err *e) {
   const Program *p = pl->prog;
   const Dag *d = &pl->dag;
   int R = p->nranks, C = p->chunks, inplace = pl->opt.inplace;
@@ -67,6 +69,8 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
   int ni = prog_bufchunks(p, BUF_INPUT);
   for (int r = 0; r < R; r++)
     for (int i = 0; i < ni; i++) v[loc(&L, p, inplace, r, BUF_INPUT, i)] = (Val){contrib(r, i), 1};
+  free(pl->complete);
+  pl->complete = xcalloc((size_t)d->n + 1, sizeof *pl->complete);
 
   for (int k = 0; k < d->n; k++) {
     int t = pl->sched.order[k];
@@ -79,6 +83,7 @@ static rcStatus postcondition(const Plan *pl, Err *e) {
       if (tk->op == OP_COPY) v[di] = s;
       else if (s.cnt < 0 || o.cnt < 0) v[di] = (Val){0, -1};
       else v[di] = (Val){o.h + s.h, o.cnt + s.cnt};
+      if (tk->op == OP_REDUCE && v[di].cnt == R) pl->complete[t]++;
       writer[di] = t;
     }
   }

@@ -50,6 +50,19 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
   check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
+  # Every dtype with every op on virtual ranks, at an odd count (vector tails);
+  # avg also through recvReduceCopySend and recvReduceSend (allreduce_rd on 8
+  # ranks), reduce-scatter, and across the GPUs; copies of 1- and 2-byte types.
+  for dt in i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; do
+    for op in sum prod max min avg; do
+      check "allreduce_ring.r4.$dt.$op" algorithms/allreduce_ring.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=$dt op=$op
+    done
+    check "allreduce_rd.r8.$dt.avg" algorithms/allreduce_rd.lua ranks=8 ndev=1 count=4099 nmicro=3 dtype=$dt op=avg
+    check "reducescatter_ring.r3.$dt.avg" algorithms/reducescatter_ring.lua ranks=3 ndev=1 count=4099 nmicro=3 \
+      dtype=$dt op=avg
+    check "allreduce_ring.r2.$dt.avg.gpu$ngpu" algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" $big dtype=$dt op=avg
+    check "allgather_ring.r4.$dt" algorithms/allgather_ring.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=$dt
+  done
 fi
 # compute-sanitizer on a small case: memory errors, and shared-memory races.
 if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

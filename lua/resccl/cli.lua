@@ -61,8 +61,9 @@ sim options:
   --svg FILE             TB timeline per rank, or busbw vs size with --sweep
 
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
-h200:2, nmicro=N, count=N (elements), dtype=f32|i32|f64|i64,
-op=sum|max|min|prod, and the algorithm's own parameters.
+h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
+f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
+op=sum|prod|max|min|avg, and the algorithm's own parameters.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
@@ -154,17 +155,19 @@ local function report(alg, prog, topo, plan, err)
   return r
 end
 
-
-
-local DTYPES = { f32 = true, i32 = true, f64 = true, i64 = true }
-local OPS = { sum = true, max = true, min = true, prod = true }
+-- The short name of a dtype= or op= argument ("half" -> "f16"); nil when absent.
+local function exec_name(key, value, parse)
+  if value == nil then return nil end
+  local name, expected = parse(value)
+  if not name then error(("argument %s=%s: %s"):format(key, value, expected), 0) end
+  return name
+end
 
 local function exec_args(o)
   local a = o.args
-  if a.dtype and not DTYPES[a.dtype] then error(("argument dtype=%s: f32, i32, f64 or i64 expected"):format(a.dtype), 0) end
-  if a.op and not OPS[a.op] then error(("argument op=%s: sum, max, min or prod expected"):format(a.op), 0) end
   return {
-    count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4, dtype = a.dtype, op = a.op,
+    count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4,
+    dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
     slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
     gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
     threads = tonumber(a.threads), channels = tonumber(a.channels),

@@ -148,9 +148,9 @@ describe("bad input", function()
     code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "topo=a100:0x8" }
     assert.equal(1, code)
     assert.equal("resccl: topology 'a100:0x8': expected a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", err)
-    code, _, err = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=4", "dtype=f16" }
+    code, _, err = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=4", "dtype=f8" }
     assert.equal(1, code)
-    assert.equal("resccl: argument dtype=f16: f32, i32, f64 or i64 expected\n", err)
+    assert.equal("resccl: argument dtype=f8: i8, u8, i32, u32, i64, u64, f16, f32, f64 or bf16 expected\n", err)
     code, _, err = h.cli { "run", "algorithms/allreduce_rd.lua", "ranks=6" }
     assert.equal(1, code)
     assert.matches("allreduce_rd.lua:%d+: algorithm allreduce_rd does not support nvswitch:6: needs a power", err)

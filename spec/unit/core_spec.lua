@@ -14,6 +14,19 @@ local function ring_ag(n)
   return p
 end
 
+-- An all-reduce of 2 chunks on 3 ranks gathered on rank 0, where one transfer
+-- reduces both chunks when chunk 0 already holds rank 2's part and chunk 1
+-- does not: it completes chunk 0 only.
+local function staggered()
+  local p = core.program { name = "staggered", collective = "allreduce", ranks = 3, chunks = 2, file = "m.lua" }
+  p:xfer(0, "input", 0, 0, "output", 0, 2, "copy", 0, "m.lua:1")
+  p:xfer(2, "input", 0, 0, "output", 0, 1, "reduce", 1, "m.lua:2")
+  p:xfer(1, "input", 0, 0, "output", 0, 2, "reduce", 2, "m.lua:3")
+  p:xfer(2, "input", 1, 0, "output", 1, 1, "reduce", 3, "m.lua:4")
+  for r = 1, 2 do p:xfer(0, "output", 0, r, "output", 0, 2, "copy", 4, "m.lua:5") end
+  return p
+end
+
 describe("core.program", function()
   it("validates its definition", function()
     assert.matches("unknown collective 'gather'", h.pcall_err(core.program, { collective = "gather", ranks = 2 }))
@@ -124,7 +137,11 @@ describe("core.compile", function()
     local plan = core.compile(ring_ag(4), topo)
     local r = assert(plan:exec { dtype = "i32", count = 77, nmicro = 2 })
     assert.equal(0, r.wrong)
-    assert.matches("bad option dtype='f16'", h.pcall_err(plan.exec, plan, { dtype = "f16" }))
+    assert.matches("bad option dtype='f8' %(i8, u8, i32, u32, i64, u64, f16, f32, f64 or bf16 expected%)",
+      h.pcall_err(plan.exec, plan, { dtype = "f8" }))
+    assert.equal(0, assert(plan:exec { dtype = "bfloat16", count = 77 }).wrong)
+    assert.equal("f16", core.dtype "half")
+    assert.same({ nil, "sum, prod, max, min or avg expected" }, { core.redop "mean" })
     local none, err, code = plan:exec { count = 0 }
     assert.is_nil(none)
     assert.equal("count must be at least 1", err)
@@ -148,6 +165,44 @@ describe("core.compile", function()
     assert.equal("bad size", code)
     assert.equal("s.lua:4: count 7 does not split evenly into 2 chunks per block, as this transfer needs " ..
       "(input chunk 0 -> scratch chunk 1)", err)
+  end)
+end)
+
+describe("copy elision", function()
+  it("keeps a copy whose value a wider read sees next to another", function()
+    -- m.lua:3 reads output chunks 0 and 1: chunk 0 from m.lua:2, chunk 1 still m.lua:1's copy
+    local plan, err = core.compile(staggered(), core.topo_flat(3))
+    assert.is_nil(err)
+    assert.matches("t0 r0%->r0 input%[0%+2%] %-> output%[0%]", plan:dump "dag")
+    assert.equal(0, assert(plan:exec { count = 64 }).wrong)
+  end)
+end)
+
+describe("avg", function()
+  it("divides in the one reduction that completes each value", function()
+    local resccl = require "resccl"
+    local plan = assert(resccl.compile(resccl.load("algorithms/allreduce_ring.lua"):program { ranks = 4 }))
+    local reductions, done, partial = { RRC = true, RRCS = true, RRS = true, REDUCE = true }, 0, 0
+    for name, last in plan:emit("host"):gmatch "\n    RX_(%u+)%([^\n]*, (%d)%);" do
+      if reductions[name] then
+        if last == "1" then done = done + 1 else partial = partial + 1 end
+      end
+    end
+    assert.equal(4, done) -- one per chunk
+    assert.equal(8, partial)
+    for _, dtype in ipairs { "i8", "u64", "f16", "f32" } do
+      assert.equal(0, assert(plan:exec { dtype = dtype, op = "avg", count = 61 }).wrong)
+    end
+  end)
+
+  it("refuses a plan whose reduction completes only some of its chunks", function()
+    local plan = core.compile(staggered(), core.topo_flat(3))
+    assert.equal(0, assert(plan:exec { op = "sum", count = 64 }).wrong)
+    local none, err, code = plan:exec { op = "avg", count = 64 }
+    assert.is_nil(none)
+    assert.equal("m.lua:3: op=avg divides each sum in the reduction that completes it, and this one completes 1 " ..
+      "of its 2 chunks (record it as separate transfers)", err)
+    assert.equal("invalid argument", code)
   end)
 end)
 

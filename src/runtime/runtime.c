@@ -581,18 +581,8 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
 
 /* ------------------------------------------------------------ calls */
 
-static const struct {
-  int code;     /* RX_* in cuda_abi.h, -1: not supported yet */
-  size_t size;
-  int integer;
-} dtypes[resccl_num_types] = {
-  [resccl_int8] = {-1, 1, 1},  [resccl_uint8] = {-1, 1, 1},   [resccl_int32] = {RX_I32, 4, 1},
-  [resccl_uint32] = {-1, 4, 1}, [resccl_int64] = {RX_I64, 8, 1}, [resccl_uint64] = {-1, 8, 1},
-  [resccl_float16] = {-1, 2, 0}, [resccl_float32] = {RX_F32, 4, 0}, [resccl_float64] = {RX_F64, 8, 0},
-  [resccl_bfloat16] = {-1, 2, 0},
-};
-static const int opcodes[resccl_num_ops] = {[resccl_sum] = RX_SUM, [resccl_prod] = RX_PROD, [resccl_max] = RX_MAX,
-                                            [resccl_min] = RX_MIN, [resccl_avg] = -1};
+/* Element sizes; the kernel's dtype and op codes are the API's (cuda_abi.h). */
+static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 typedef struct {
   resccl_comm_t comm;
@@ -643,11 +633,11 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
   if (*(volatile int *)comm->g->stop)
     return rt_fail(resccl_timeout, "%s: an earlier collective of this communicator timed out", coll);
-  if ((unsigned)dt >= resccl_num_types || dtypes[dt].code < 0)
+  if ((unsigned)dt >= resccl_num_types)
     return rt_fail(resccl_invalid_argument, "%s: datatype %d is not supported", coll, (int)dt);
-  if ((unsigned)op >= resccl_num_ops || opcodes[op] < 0)
+  if ((unsigned)op >= resccl_num_ops)
     return rt_fail(resccl_invalid_argument, "%s: reduction op %d is not supported", coll, (int)op);
-  size_t es = dtypes[dt].size;
+  size_t es = dtype_size[dt];
   if (count == 0) return resccl_success;
   if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
   if ((uintptr_t)send % es || (uintptr_t)recv % es)
@@ -656,10 +646,15 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for it (resccl_plan_load)", coll);
   Variant *v = p->v[inplace];
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
-  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, dtypes[dt].code, opcodes[op], (cudaStream_t)stream};
-  /* Micro-batches: a chunk moves tile_bytes per call, and a FIFO holds the tiles the plan was verified with. */
-  size_t chunk = count * es / (size_t)v->chunks + 1;
-  size_t nm = p->conf.nmicro > 0 ? (size_t)p->conf.nmicro : (chunk + p->conf.tile_bytes - 1) / p->conf.tile_bytes;
+  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream};
+  /* Micro-batches: at most tile_bytes of a chunk each, and at least 4 while
+     each still moves tile_bytes / 8, so that mid sizes pipeline too (on
+     2xH200 this beat any fixed tile from 8 MiB to 512 MiB, BENCHMARKS.md);
+     and a FIFO holds the tiles the plan was verified with. */
+  size_t chunk = count * es / (size_t)v->chunks + 1, tile = p->conf.tile_bytes;
+  size_t nm = (chunk + tile - 1) / tile, pipe = chunk / (tile / 8 ? tile / 8 : 1);
+  if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
+  if (p->conf.nmicro > 0) nm = (size_t)p->conf.nmicro;
   if (v->fifo_tiles) {
     size_t fifo = (size_t)p->conf.nslots * p->conf.slot_bytes * (size_t)v->nchan;
     size_t need = ((size_t)v->fifo_tiles * (size_t)v->maxcnt * (chunk + 64 * (size_t)v->nchan) + fifo - 1) / fifo;
@@ -689,7 +684,7 @@ static resccl_result_t launch(Call *calls, int n) {
     RxArgs a;
     memset(&a, 0, sizeof a);
     a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.dtype = c->dtype,
-    a.op = c->op, a.base = c->v->dev[d].base;
+    a.op = c->op, a.base = c->v->dev[d].base, a.nranks = c->v->nranks;
     a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
     int ranks = 0, want = 0;
     cudaStream_t extra[RX_MAXLOCAL];
@@ -753,14 +748,14 @@ resccl_result_t resccl_all_reduce(const void *send, void *recv, size_t count, re
 
 resccl_result_t resccl_all_gather(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_comm_t comm,
                                   resccl_stream_t stream) {
-  size_t es = (unsigned)dt < resccl_num_types ? dtypes[dt].size : 1;
+  size_t es = (unsigned)dt < resccl_num_types ? dtype_size[dt] : 1;
   int inplace = comm && send == (const char *)recv + (size_t)comm->rank * count * es;
   return enqueue("allgather", send, recv, count, dt, resccl_sum, comm, stream, inplace);
 }
 
 resccl_result_t resccl_reduce_scatter(const void *send, void *recv, size_t count, resccl_datatype_t dt,
                                       resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream) {
-  size_t es = (unsigned)dt < resccl_num_types ? dtypes[dt].size : 1;
+  size_t es = (unsigned)dt < resccl_num_types ? dtype_size[dt] : 1;
   int inplace = comm && (const char *)recv == (const char *)send + (size_t)comm->rank * count * es;
   return enqueue("reducescatter", send, recv, count, dt, op, comm, stream, inplace);
 }
