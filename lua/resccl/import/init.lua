@@ -34,9 +34,6 @@ local function readfile(path)
   return s
 end
 
---- The 1-based line of byte offset `at` in text.
----@param text string
----@param at integer
 --- The keys of a table, sorted (importers walk JSON objects in a stable order).
 ---@param t table
 ---@return table
@@ -47,6 +44,9 @@ function M.sorted_keys(t)
   return ks
 end
 
+--- The 1-based line of byte offset `at` in text.
+---@param text string
+---@param at integer
 function M.line_of(text, at)
   local n = 1
   for _ in text:sub(1, math.max(0, at - 1)):gmatch "\n" do n = n + 1 end
