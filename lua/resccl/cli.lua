@@ -400,7 +400,7 @@ function M.import(o)
     end
   end
   r.verify = bad == 0 and "ok" or (r.placements[1].verify ~= "ok" and r.placements[1].verify or r.placements[2].verify)
-  if imp.file_tbs then
+  if imp.hints then
     -- The baseline: the file's own TBs and steps, run algorithm-level as MSCCL does.
     local plan, err = resccl.compile(prog, topo, { sched = o.sched, tb = "manual", order = "algorithm",
       inplace = not imp.outofplace })

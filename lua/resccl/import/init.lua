@@ -9,13 +9,16 @@
 -- The import record:
 --   { format, path, line, name, collective, ranks, chunks, inplace, outofplace,
 --     xfers = { { src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, line, hint, what }, ... },
---     file_tbs = { TBs of rank 0, ... } or nil, warnings = { "file:line: ...", ... }, details = {...} }
+--     file_tbs = { TBs of rank 0, ... } or nil, hints = true or nil,
+--     warnings = { "file:line: ...", ... }, details = {...} }
 -- Transfers are in an order that respects the file's dependencies; `step`
 -- never decreases along it, so the core's (step, record order) sort keeps it.
--- `hint` = { send_tb, send_step, recv_tb, recv_step, channel } from the file
--- (a receive and the send it feeds share a TB and step: a fused step, such as
--- rcs); M.algorithm records it with prog:hint, so `--tb manual` runs the
--- file's own TBs, and puts placement copies the file lacks on one extra TB.
+-- With `hints`, each transfer from the file has `hint` = { send_tb,
+-- send_step, recv_tb, recv_step, channel } (a receive and the send it feeds
+-- share a TB and step: a fused step, such as rcs); M.algorithm records it
+-- with prog:hint, so `--tb manual` runs the file's own TBs, and puts
+-- placement copies the file lacks on one extra TB. A format whose TBs do not
+-- map to send/receive pairs reports `file_tbs` without hints.
 local resccl = require "resccl"
 
 local M = {}
@@ -152,7 +155,7 @@ function M.algorithm(imp)
         local first, n = prog:xfer(x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.cnt, x.op, x.step,
           ("%s:%d"):format(imp.path, x.line or 0))
         local h = x.hint
-        if not h and imp.file_tbs then
+        if not h and imp.hints then
           -- A placement copy the file does not have (it is in-place only):
           -- one extra TB per rank runs them, input first, output last.
           local tb = imp.file_tbs[x.src + 1]
