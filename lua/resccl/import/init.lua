@@ -110,8 +110,9 @@ function M.from_text(text, path, format)
     if not mod then
       local json = text:match "^%s*[%[{]"
       if json then M.json_decode(text, path) end -- report malformed JSON first
-      error(("%s:1: not a known algorithm format (%s)"):format(path,
-        json and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'" or "MSCCL XML, TACCL JSON, TE-CCL JSON"), 0)
+      error(("%s:1: not a known algorithm format (%s)"):format(path, json
+        and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'"
+        or "MSCCL XML, TACCL JSON, TE-CCL JSON, MSCCL++ JSON"), 0)
     end
   end
   local imp = mod.import(text, path)
