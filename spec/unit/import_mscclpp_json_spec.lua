@@ -205,6 +205,16 @@ describe("MSCCL++ JSON import", function()
       assert.are.equal("ok", verdict(i))
     end)
 
+    it("takes 'type' for a GPU channel's 'channel_type', with a warning", function()
+      local function g(r) return { { op("put", { L("i", 0) }, { R(1, r) }, MEM), sig "signal", sig "wait",
+        op("copy", { L("i", 0) }, { L("o", r) }) } } end
+      local text = plan { coll = "allgather", chunks = { 1, 2, 0 }, [0] = g(0), [1] = g(1) }
+      local i = import.from_text((text:gsub('{"channel_type": "memory", "connected_to"', '{"type": "memory", "connected_to"')), "t.json")
+      assert.are.same({ "t.json:2: gpus[0].channels[0] names its type with 'type'; the executor reads 'channel_type'",
+        "t.json:10: gpus[1].channels[0] names its type with 'type'; the executor reads 'channel_type'" }, i.warnings)
+      assert.are.equal("ok", verdict(i))
+    end)
+
     it("an in-place all-to-all reaches its own blocks through the input", function()
       local function g(r)
         return { { op("put", { L("i", 1 - r) }, { R(2, 0) }, MEM), sig "signal", sig "wait",
@@ -274,6 +284,9 @@ describe("MSCCL++ JSON import", function()
       assert.are.equal("t.json:7: gpu 1 has 2 input and 4 output chunks; allreduce on 2 GPUs needs 2 and 2 (as gpu 0)",
         err((text:gsub('"output_chunks": 2', '"output_chunks": 4', 2):gsub('"output_chunks": 4', '"output_chunks": 2', 1))))
       assert.are.equal("t.json:1: the file moves no data", err(text))
+      assert.are.equal("t.json:3: an MSCCL++ plan in the 2024 schema (inputChunks, ops with srcs/dsts); resccl reads the "
+        .. "current one (input_chunks, src_buff/dst_buff): regenerate the plan with MSCCL++'s DSL",
+        err '{"name": "t", "colletive": "allreduce", "inplace": true,\n"gpus": [\n{"id": 0, "inputChunks": 1, "threadblocks": []}]}')
       local big = op("copy", { L("i", 0, 1 << 20) }, { L("o", 0, 1 << 20) })
       assert.are.equal("t.json:6: the plan's ops read and write over 4194304 chunks in all; resccl handles at most that many",
         err { chunks = { 1 << 20, 1 << 20, 0 }, [0] = { { big, big, big } }, [1] = { {} } })
@@ -284,6 +297,8 @@ describe("MSCCL++ JSON import", function()
         .. "from gpu 1 on memory channel 0; gpu 1 tb 0 op 0 (wait) (line 11) waits for a signal from gpu 0 on memory channel 0",
         err { [0] = { { sig "wait", sig "signal", op("copy", { L("i", 0) }, { L("o", 0) }) } }, [1] = { { sig "wait", sig "signal" } } })
       local barrier = op("barrier", nil, nil, '"barrier_id": 0, "num_threadblocks": 2')
+      local i = load { [0] = { { sig "signal", sig "signal", op("copy", { L("i", 0) }, { L("o", 0) }) } }, [1] = { { sig "wait" } } }
+      assert.are.same({ "t.json:5: 1 signal to gpu 1 on memory channel 0 is never waited for" }, i.warnings)
       assert.are.equal("t.json:4: deadlock in the file's own schedule: gpu 0 tb 0 op 0 (barrier) (line 4) waits at barrier 0 "
         .. "for 2 TBs, 1 there; gpu 0 tb 1 op 0 (wait) (line 8) waits for a signal from gpu 1 on memory channel 0", err { [0] = { { barrier, op("copy", { L("i", 0) }, { L("o", 0) }) }, { sig "wait", barrier } },
           [1] = { {} } })

@@ -221,6 +221,11 @@ local function read(text, path)
 
   if type(obj) ~= "table" then fail(1, "expected a JSON object") end
   local plan = { path = path, warnings = {} }
+  local g1 = type(obj.gpus) == "table" and obj.gpus[1]
+  if obj.colletive ~= nil or type(g1) == "table" and g1.inputChunks ~= nil then
+    fail(line_at("gpus", 1), "an MSCCL++ plan in the 2024 schema (inputChunks, ops with srcs/dsts); resccl reads the "
+      .. "current one (input_chunks, src_buff/dst_buff): regenerate the plan with MSCCL++'s DSL")
+  end
   if type(obj.collective) ~= "string" then
     fail(line_at "collective", "'collective' must be a string, got %s", shown(obj.collective))
   end
@@ -262,6 +267,11 @@ local function read(text, path)
       local cl = line_at("gpus", r + 1, "channels", k)
       local cw = ("%s.channels[%d]"):format(where, k - 1)
       local ty = object(c, cw, cl).channel_type
+      if ty == nil and c.type ~= nil then
+        ty = c.type
+        plan.warnings[#plan.warnings + 1] = ("%s:%d: %s names its type with 'type'; the executor reads 'channel_type'")
+          :format(path, cl, cw)
+      end
       if ty == "memory" or ty == "port" then
         for j, p in ipairs(list(c.connected_to, cw .. ".connected_to", cl)) do
           local peer = int(p, ("%s.connected_to[%d]"):format(cw, j - 1), cl, 0, R - 1)
@@ -837,14 +847,17 @@ local function run(plan)
   end
   -- Signals nobody waits for stay in the semaphore, and the next launch
   -- would take them.
+  local left = {}
   for key, q in pairs(queue) do
     if type(key) == "string" and key:sub(1, 1) == "c" and q.h <= q.t then
       local r, ty, c = key:match "^c(%d+):(%a+):(%d+)$"
-      plan.warnings[#plan.warnings + 1] = ("%s:%d: %d signal%s to gpu %s on %s channel %s never waited for"):format(path,
-        q[q.h].op.line, q.t - q.h + 1, q.t == q.h and " is" or "s are", r, ty, c)
+      local n = q.t - q.h + 1
+      left[#left + 1] = { q[q.h].op.line, key, ("%s:%d: %d signal%s to gpu %s on %s channel %s %s never waited for")
+        :format(path, q[q.h].op.line, n, n == 1 and "" or "s", r, ty, c, n == 1 and "is" or "are") }
     end
   end
-  table.sort(plan.warnings)
+  table.sort(left, function(a, b) return a[1] < b[1] or a[1] == b[1] and a[2] < b[2] end)
+  for _, w in ipairs(left) do plan.warnings[#plan.warnings + 1] = w[3] end
   table.sort(done, function(a, b)
     if a.round ~= b.round then return a.round < b.round end
     if a.tb.rank ~= b.tb.rank then return a.tb.rank < b.tb.rank end
