@@ -77,7 +77,7 @@ local function err(p) return h.pcall_err(import.from_text, type(p) == "table" an
 
 -- Each GPU r reduces chunk r with rres (the shape of the shared sample).
 local function rres_ar(r)
-  return { { sig "rlxsignal", sig "rlxwait", op("rres", { L("i", r), R(0, r) }, { L("i", r), R(0, r) }, MEM),
+  return { { sig "rlxsignal", sig "rlxwait", op("rres", { L("i", r), R(0, r) }, { L("i", r), R(0, r) }, MEM .. ', "reduce_op": "sum"'),
     sig "signal", sig "wait" } }
 end
 
@@ -102,7 +102,7 @@ describe("MSCCL++ JSON import", function()
     it("get, rlxsignal/rlxwait and barrier: an in-place all-gather; two channels to one peer pair in order", function()
       local i = import.read(FIX .. "mscclpp_get_ag2.json")
       assert.are.same({ "allgather", 2, 2, true, false }, { i.collective, i.ranks, i.chunks, i.inplace, i.outofplace })
-      -- the in-place input is output block r: gpu 0 reads gpu 1's input chunk 1 = output chunk 3
+      -- gpu 0 tb 1 reads gpu 1's output chunk 3
       local x = i.xfers[4]
       assert.are.same({ 1, "output", 3, 0, "output", 3, 24 }, { x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.line })
       assert.are.same({ -1, -1 }, { i.xfers[1].step, i.xfers[2].step }) -- placement: input into output block r
@@ -128,9 +128,28 @@ describe("MSCCL++ JSON import", function()
     it("rres reduces into its own source and writes the result on", function()
       local i = load { inplace = true, [0] = rres_ar(0), [1] = rres_ar(1) }
       assert.are.same({ "reduce", "copy" }, { i.xfers[3].op, i.xfers[4].op })
+      local g1 = rres_ar(1)
+      g1[1][3] = g1[1][3]:gsub('"sum"', '"max"')
+      local max = load { inplace = true, [0] = rres_ar(0), [1] = g1 }
+      assert.are.equal("t.json:15: gpu 1 tb 0 op 2 (rres) reduces with 'max'; resccl reduces with the run's op (op=, sum by "
+        .. "default)", max.warnings[1])
       assert.are.same({ 1, 0, "output", 0 }, { i.xfers[3].src, i.xfers[3].dst, i.xfers[3].dbuf, i.xfers[3].didx })
       assert.are.equal("ok,ok", verdict(i))
     end)
+
+    it("an in-place all-gather's input is output block r; a get whose indices differ is imported as written, with a warning",
+      function()
+        local function g(r) return { { op("put", { L("i", 0) }, { R(1, r) }, MEM), sig "signal", sig "wait" } } end
+        local i = load { coll = "allgather", inplace = true, chunks = { 1, 2, 0 }, [0] = g(0), [1] = g(1) }
+        assert.are.same({ 1, "output", 1, 0, "output", 1 }, { i.xfers[4].src, i.xfers[4].sbuf, i.xfers[4].sidx, i.xfers[4].dst,
+          i.xfers[4].dbuf, i.xfers[4].didx }) -- gpu 1's input chunk 0
+        assert.are.equal("ok,ok", verdict(i))
+        local function get(r) return { { sig "signal", sig "wait", op("get", { R(0, 0) }, { L("o", 1 - r) }, MEM) } } end
+        i = load { coll = "allgather", inplace = true, chunks = { 1, 2, 0 }, [0] = get(0), [1] = get(1) }
+        assert.are.equal("t.json:6: gpu 0 tb 0 op 2 (get) src_buff[0] reads chunk 0 and dst_buff[0] writes chunk 1; MSCCL++'s "
+          .. "executor (handleGet) swaps the two offsets, imported as written", i.warnings[1])
+        assert.are.equal("ok,ok", verdict(i))
+      end)
 
     it("pwsf signals like pws", function()
       local function g(r)
@@ -151,9 +170,13 @@ describe("MSCCL++ JSON import", function()
       -- all-gather: own block into packets, then relayed to the peer
       local function ag(r)
         return { { op("copy", { L("i", 0) }, { L("o", r) }), op("cpkt", { L("i", 0) }, { L("s", 0) }),
-          op("rppkt", { L("s", 0) }, { R(2, 1) }, MEM), op("upkt", { L("s", 1) }, { L("o", 1 - r) }) } }
+          op("rppkt", { L("s", 0) }, { R(2, 1), R(2, 2) }, MEM), op("upkt", { L("s", 1) }, { L("o", 1 - r) }) } }
       end
-      assert.are.equal("ok", verdict(load { coll = "allgather", protocol = "LL", chunks = { 1, 2, 2 }, [0] = ag(0), [1] = ag(1) }))
+      local i = load { coll = "allgather", protocol = "LL", chunks = { 1, 2, 3 }, [0] = ag(0), [1] = ag(1) }
+      local function at(k) local x = i.xfers[k] return { x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx } end
+      -- rppkt's one source goes to both destinations
+      assert.are.same({ { 0, "scratch", 0, 1, "scratch", 1 }, { 0, "scratch", 0, 1, "scratch", 2 } }, { at(5), at(6) })
+      assert.are.equal("ok", verdict(i))
       -- all-reduce: gpu 0 sends its result with recspkt, gpu 1 keeps it in packets (recpkt) and relays it (rppkt)
       local ar = {
         [0] = { { op("ppkt", { L("i", 1) }, { R(2, 0) }, MEM), op("recspkt", { L("i", 0), L("s", 0) }, { L("o", 0), L("s", 2), R(2, 1) }, MEM),
@@ -168,6 +191,7 @@ describe("MSCCL++ JSON import", function()
       end
       local i = load { coll = "reducescatter", protocol = "LL", chunks = { 2, 1, 1 }, [0] = rs(0), [1] = rs(1) }
       assert.are.same({ "reducescatter", 1 }, { i.collective, i.chunks })
+      assert.are.same({}, i.warnings)
       assert.are.equal("ok", verdict(i))
     end)
 

@@ -54,11 +54,11 @@ local BUF_CODE = { input = 0, output = 1, scratch = 2 }
 -- Data ops. src/dst: Lua patterns over the kinds of the src_buff and
 -- dst_buff entries ("L" a chunk range of the GPU's own buffers, "R" one of
 -- another GPU's). pairs: src[i] -> dst[i]; otherwise dst[1] = src[1] (+)
--- src[2..], also written to dst[2..]. port: may reach remote buffers through
--- port channels (the others read and write them through memory channels
--- only). signal: also signals the port channel of each pair. pkt_in/pkt_out:
--- the entries read / written as LL packets, "all" or "rest" (all but the
--- first).
+-- src[2..], also written to dst[2..]. fan: pairs, but the one source goes to
+-- every destination. port: may reach remote buffers through port channels
+-- (the others read and write them through memory channels only). signal:
+-- also signals the port channel of each pair. pkt_in/pkt_out: the entries
+-- read / written as LL packets, "all" or "rest" (all but the first).
 local DATA = {
   copy    = { pairs = true, src = "^L$", dst = "^L$" },
   put     = { pairs = true, src = "^L+$", dst = "^R+$", port = true },
@@ -70,7 +70,7 @@ local DATA = {
   rre     = { src = "^LR+$", dst = "^L$" },
   rres    = { src = "^LR+$", dst = "^LR*$" },
   ppkt    = { pairs = true, src = "^L+$", dst = "^R+$", port = true, pkt_out = "all" },
-  rppkt   = { pairs = true, src = "^L+$", dst = "^R+$", port = true, pkt_in = "all", pkt_out = "all" },
+  rppkt   = { pairs = true, fan = true, src = "^L$", dst = "^R+$", port = true, pkt_in = "all", pkt_out = "all" },
   cpkt    = { pairs = true, src = "^L$", dst = "^L$", pkt_out = "all" },
   upkt    = { pairs = true, src = "^L$", dst = "^L$", pkt_in = "all" },
   repkt   = { src = "^L+$", dst = "^L$", pkt_in = "rest" },
@@ -418,15 +418,29 @@ local function read(text, path)
       end
       op[side] = refs
     end
-    if D.pairs and #op.src ~= #op.dst then
+    if D.pairs and not D.fan and #op.src ~= #op.dst then
       fail(ol, "%s has %d src_buff and %d dst_buff entries; they go in pairs", what, #op.src, #op.dst)
     end
     for j, x in ipairs(op.dst) do
-      local s = D.pairs and op.src[j] or op.src[1]
+      local s = D.pairs and not D.fan and op.src[j] or op.src[1]
       if x.n ~= s.n then fail(ol, "%s moves %d chunk%s into %d", what, s.n, s.n == 1 and "" or "s", x.n) end
     end
     for j = 2, D.pairs and 1 or #op.src do
       if op.src[j].n ~= op.src[1].n then fail(ol, "%s reduces ranges of %d and %d chunks", what, op.src[1].n, op.src[j].n) end
+    end
+    if not D.pairs and o.reduce_op ~= nil and o.reduce_op ~= "sum" then
+      plan.warnings[#plan.warnings + 1] = ("%s:%d: %s reduces with %s; resccl reduces with the run's op (op=, sum by "
+        .. "default)"):format(path, ol, what, shown(o.reduce_op))
+    end
+    -- The executor's get copies remote chunk dst.index into local chunk
+    -- src.index: the same when the two indices agree, as MSCCL++'s DSL
+    -- writes them.
+    for j, x in ipairs(name == "get" and op.src or {}) do
+      if x.idx ~= op.dst[j].idx then
+        plan.warnings[#plan.warnings + 1] = ("%s:%d: %s src_buff[%d] reads chunk %d and dst_buff[%d] writes chunk %d; "
+          .. "MSCCL++'s executor (handleGet) swaps the two offsets, imported as written"):format(path, ol, what, j - 1,
+          x.idx, j - 1, op.dst[j].idx)
+      end
     end
     -- LL packets live in scratch (at twice the offset, with flags).
     for side, which in pairs { src = D.pkt_in, dst = D.pkt_out } do
@@ -904,8 +918,8 @@ local function transfers(plan, ops)
   for _, op in ipairs(ops) do
     local D = op.data
     if D and D.pairs then
-      for j, s in ipairs(op.src) do
-        local d = op.dst[j]
+      for j, d in ipairs(op.dst) do
+        local s = D.fan and op.src[1] or op.src[j]
         if not same(s, d) then
           if overlap(s, d) then fail(op, "copies %s into the overlapping %s", name(s), name(d)) end
           xfer(s, d, "copy", op.round, op.line, op.what)
