@@ -11,12 +11,17 @@
 -- one GPU also meet at barriers and take and give GPU semaphores, and a read
 -- of LL packets waits until the packets are written.
 --
--- Import happens in three passes:
+-- Import happens in four passes:
 --   1. read      cjson decodes; a scan of the text finds each op's line.
 --                Channels, remote buffers and chunk ranges are resolved and
 --                checked; ops that do not move data as transfers (NVLS
---                multimem, pipelines) are refused.
---   2. run       the executor's semantics at chunk level: per-TB program
+--                multimem, pipelines) are refused, and so are plans in the
+--                2024 schema (inputChunks, ops with srcs/dsts).
+--   2. normalise in-place aliases become the one buffer the core keeps in
+--                place, and tbg_info (a group of TBs sharing an op, each
+--                doing a slice) splits every chunk into as many parts as the
+--                groups need, so each slice is a transfer.
+--   3. run       the executor's semantics at chunk level: per-TB program
 --                order; the k-th wait on a channel takes the k-th signal sent
 --                on its pair; a barrier opens when num_threadblocks TBs are
 --                in it; an acquire takes a release (or an initial count); a
@@ -25,12 +30,10 @@
 --                finishes is a deadlock. Vector clocks check that any two
 --                accesses to a chunk, one of them a write, are ordered by
 --                that synchronisation: if not, the result depends on timing.
---   3. transfers the data ops in round order: a copy moves src[i] to dst[i];
+--   4. transfers the data ops in round order: a copy moves src[i] to dst[i];
 --                a reduction dst[1] = src[1] (+) src[2..] is a copy into
 --                dst[1] (none when it is in place) and one reduce per further
 --                source, and its result goes on to dst[2..] as copies.
--- tbg_info (a group of TBs sharing an op, each doing a slice) splits every
--- chunk into as many parts as the groups need, so each slice is a transfer.
 local import = require "resccl.import"
 
 local M = {}
