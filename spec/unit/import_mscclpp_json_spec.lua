@@ -210,16 +210,17 @@ describe("MSCCL++ JSON import", function()
     end)
 
     it("tbg_info: each TB of a group moves its slice, so chunks are split", function()
+      -- Two TBs copy and put a half each of a 2-chunk block, meet at a
+      -- barrier, and TB 0 signals the peer for both.
       local function g(r)
+        local barrier = op("barrier", nil, nil, '"barrier_id": 0, "num_threadblocks": 2')
         local tbs = {}
         for t = 0, 1 do
           local tbg = ('"tbg_info": {"tb_id": %d, "tbg_size": 2}'):format(t)
           tbs[t + 1] = { op("copy", { L("i", 0, 2) }, { L("o", 2 * r, 2) }, tbg),
-            op("put", { L("i", 0, 2) }, { R(1, 2 * r, 2) }, MEM .. ", " .. tbg), sig "signal", sig "wait" }
+            op("put", { L("i", 0, 2) }, { R(1, 2 * r, 2) }, MEM .. ", " .. tbg), barrier }
         end
-        tbs[2][3], tbs[2][4] = op "nop", op "nop" -- TB 1 meets TB 0 at a barrier; TB 0 signals for both
-        table.insert(tbs[1], 3, op("barrier", nil, nil, '"barrier_id": 0, "num_threadblocks": 2'))
-        table.insert(tbs[2], 3, op("barrier", nil, nil, '"barrier_id": 0, "num_threadblocks": 2'))
+        table.move({ sig "signal", sig "wait" }, 1, 2, 4, tbs[1])
         return tbs
       end
       local i = load { coll = "allgather", chunks = { 2, 4, 0 }, [0] = g(0), [1] = g(1) }
@@ -233,7 +234,8 @@ describe("MSCCL++ JSON import", function()
       local function g(r) return { { op("put", { L("i", 0) }, { R(1, r) }, MEM), sig "signal", sig "wait",
         op("copy", { L("i", 0) }, { L("o", r) }) } } end
       local text = plan { coll = "allgather", chunks = { 1, 2, 0 }, [0] = g(0), [1] = g(1) }
-      local i = import.from_text((text:gsub('{"channel_type": "memory", "connected_to"', '{"type": "memory", "connected_to"')), "t.json")
+      text = text:gsub('{"channel_type": "memory", "connected_to"', '{"type": "memory", "connected_to"')
+      local i = import.from_text(text, "t.json")
       assert.are.same({ "t.json:2: gpus[0].channels[0] names its type with 'type'; the executor reads 'channel_type'",
         "t.json:10: gpus[1].channels[0] names its type with 'type'; the executor reads 'channel_type'" }, i.warnings)
       assert.are.equal("ok", verdict(i))
