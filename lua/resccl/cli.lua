@@ -13,10 +13,11 @@ commands:
                  executor with real data (out-of-place and in-place)
   compile FILE   compile and report; --dump, --emit and --json show more
   verify FILE    compile and verify both placements
-  import FILE    read an MSCCL XML, TACCL JSON or TE-CCL JSON file, reschedule
-                 it and report: format, collective, ranks, chunks, tasks, the
-                 file's TBs per rank and ours, the verifier's verdict;
-                 -o OUT.lua writes it as an editable ReSCCLang program
+  import FILE    read an MSCCL XML, TACCL JSON, TE-CCL JSON or MSCCL++ JSON
+                 (execution plan) file, reschedule it and report: format,
+                 collective, ranks, chunks, tasks, the file's TBs per rank and
+                 ours, the verifier's verdict; -o OUT.lua writes it as an
+                 editable ReSCCLang program
   export FILE    compile and write the schedule as MSCCL XML (--msccl-xml OUT)
   sim FILE       time the plan on its topology with the discrete-event
                  simulator; --baseline adds MSCCL's or NCCL's way to run it
@@ -46,7 +47,8 @@ options:
   --version              print the version
 
 FILE may be a ReSCCLang script (.lua) or an MSCCL XML / TACCL JSON / TE-CCL
-JSON file; an imported file runs on its own number of ranks by default.
+JSON / MSCCL++ JSON file; an imported file runs on its own number of ranks by
+default.
 
 sim options:
   --size S               buffer size, nccl-tests' size column (default 256M)
@@ -434,7 +436,7 @@ function M.import(o)
     end
   end
   r.verify = bad == 0 and "ok" or (r.placements[1].verify ~= "ok" and r.placements[1].verify or r.placements[2].verify)
-  if imp.file_tbs then
+  if imp.hints then
     -- The baseline: the file's own TBs and steps, run algorithm-level as MSCCL does.
     local plan, err = resccl.compile(prog, topo, { sched = o.sched, tb = "manual", order = "algorithm",
       inplace = not imp.outofplace })

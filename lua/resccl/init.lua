@@ -389,7 +389,7 @@ end
 function M.load(path)
   if not path:match "%.lua$" then
     local import = require "resccl.import"
-    if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL JSON
+    if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL / MSCCL++ JSON
   end
   local chunk, err = loadfile(path, "t", sandbox())
   if not chunk then error(err, 0) end

@@ -25,6 +25,19 @@ describe("resccl import", function()
     assert.is_number(r.placements[1].tbs_per_rank_max)
   end)
 
+  it("reads MSCCL++ plans: the file's TBs are counted, its schedule is not run as the file's own", function()
+    local code, out = h.cli { "import", FIX .. "mscclpp_get_ag2.json" }
+    assert.equal(0, code)
+    assert.matches("source%s+" .. FIX .. "mscclpp_get_ag2.json %(MSCCL%+%+ JSON%)", out)
+    assert.matches("collective%s+allgather, 2 ranks, 2 chunks per block; in%-place", out)
+    assert.matches("file TBs%s+max 2 %(2 2%)", out)
+    assert.matches("verify%s+out%-of%-place: ok\nverify%s+in%-place: ok", out)
+    assert.not_matches("file sched", out)
+    code, out = h.cli { "run", FIX .. "mscclpp_packet_ar2.json", "count=64" }
+    assert.equal(0, code)
+    assert.matches("result%s+PASS", out)
+  end)
+
   it("exits 1 with the exact problem", function()
     local code, out = h.cli { "import", FIX .. "gather.xml" }
     assert.equal(1, code)

@@ -109,7 +109,7 @@ describe("format detection", function()
     assert.are.equal("t.json:1: not a known algorithm format (JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus')",
       json_err '{"a": 1}')
     assert.are.equal("t.json:1: malformed JSON: Expected value but found T_END", json_err '{"a": ')
-    assert.are.equal("t.txt:1: not a known algorithm format (MSCCL XML, TACCL JSON, TE-CCL JSON)", json_err("hello", "t.txt"))
+    assert.are.equal("t.txt:1: not a known algorithm format (MSCCL XML, TACCL JSON, TE-CCL JSON, MSCCL++ JSON)", json_err("hello", "t.txt"))
     assert.is_true(import.claims(FIX .. "ring_ag4.xml"))
     assert.is_false(import.claims "algorithms/allgather_ring.lua")
   end)

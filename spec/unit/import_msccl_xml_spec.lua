@@ -268,13 +268,6 @@ describe("MSCCL XML import", function()
         if i.inplace then assert.are.equal("ok", v["in-place"]) end
       end)
     end
-
-    it("reports the MSCCL++ plan as unsupported", function()
-      local path = SHARED .. "allreduce.json"
-      if not io.open(path) then return pending(SHARED .. " is not present") end
-      assert.matches("^" .. path:gsub("%p", "%%%0") .. ":1: MSCCL%+%+ execution plan 'allreduce' is not supported",
-        h.pcall_err(import.read, path))
-    end)
   end)
 
   describe("file's own TBs", function()

@@ -9,13 +9,16 @@
 -- The import record:
 --   { format, path, line, name, collective, ranks, chunks, inplace, outofplace,
 --     xfers = { { src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, line, hint, what }, ... },
---     file_tbs = { TBs of rank 0, ... } or nil, warnings = { "file:line: ...", ... }, details = {...} }
+--     file_tbs = { TBs of rank 0, ... } or nil, hints = true or nil,
+--     warnings = { "file:line: ...", ... }, details = {...} }
 -- Transfers are in an order that respects the file's dependencies; `step`
 -- never decreases along it, so the core's (step, record order) sort keeps it.
--- `hint` = { send_tb, send_step, recv_tb, recv_step, channel } from the file
--- (a receive and the send it feeds share a TB and step: a fused step, such as
--- rcs); M.algorithm records it with prog:hint, so `--tb manual` runs the
--- file's own TBs, and puts placement copies the file lacks on one extra TB.
+-- With `hints`, each transfer from the file has `hint` = { send_tb,
+-- send_step, recv_tb, recv_step, channel } (a receive and the send it feeds
+-- share a TB and step: a fused step, such as rcs); M.algorithm records it
+-- with prog:hint, so `--tb manual` runs the file's own TBs, and puts
+-- placement copies the file lacks on one extra TB. A format whose TBs do not
+-- map to send/receive pairs reports `file_tbs` without hints.
 local resccl = require "resccl"
 
 local M = {}
@@ -34,9 +37,6 @@ local function readfile(path)
   return s
 end
 
---- The 1-based line of byte offset `at` in text.
----@param text string
----@param at integer
 --- The keys of a table, sorted (importers walk JSON objects in a stable order).
 ---@param t table
 ---@return table
@@ -47,6 +47,9 @@ function M.sorted_keys(t)
   return ks
 end
 
+--- The 1-based line of byte offset `at` in text.
+---@param text string
+---@param at integer
 function M.line_of(text, at)
   local n = 1
   for _ in text:sub(1, math.max(0, at - 1)):gmatch "\n" do n = n + 1 end
@@ -107,8 +110,9 @@ function M.from_text(text, path, format)
     if not mod then
       local json = text:match "^%s*[%[{]"
       if json then M.json_decode(text, path) end -- report malformed JSON first
-      error(("%s:1: not a known algorithm format (%s)"):format(path,
-        json and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'" or "MSCCL XML, TACCL JSON, TE-CCL JSON"), 0)
+      error(("%s:1: not a known algorithm format (%s)"):format(path, json
+        and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'"
+        or "MSCCL XML, TACCL JSON, TE-CCL JSON, MSCCL++ JSON"), 0)
     end
   end
   local imp = mod.import(text, path)
@@ -152,7 +156,7 @@ function M.algorithm(imp)
         local first, n = prog:xfer(x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.cnt, x.op, x.step,
           ("%s:%d"):format(imp.path, x.line or 0))
         local h = x.hint
-        if not h and imp.file_tbs then
+        if not h and imp.hints then
           -- A placement copy the file does not have (it is in-place only):
           -- one extra TB per rank runs them, input first, output last.
           local tb = imp.file_tbs[x.src + 1]

@@ -667,7 +667,7 @@ function M.import(text, path)
   return {
     format = M.format, path = path, name = algo.name, collective = algo.coll, ranks = algo.ngpus,
     chunks = algo.chunks, inplace = algo.inplace, outofplace = algo.outofplace, line = algo.line,
-    xfers = xs, file_tbs = file_tbs, warnings = warnings,
+    xfers = xs, file_tbs = file_tbs, hints = true, warnings = warnings,
     details = { proto = algo.proto, nchannels = algo.nchannels, nchunksperloop = algo.nchunks, steps = nsteps,
       step_types = ntypes },
   }
