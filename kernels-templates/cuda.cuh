@@ -32,7 +32,7 @@
 typedef struct {
   const RxRun *run;
   const RxArgs *a;
-  int rank, local, tb, chan, m;
+  int rank, tb, chan, m;
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
 } RxCtx;
@@ -86,7 +86,7 @@ __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &
 __device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nchan + x->chan]; }
 
 __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
-  return x->a->buf[x->local][buf] + elem * x->a->esize;
+  return x->a->buf[x->rank][buf] + elem * x->a->esize;
 }
 
 /* a (op) b, avg adding; rx_div is avg's division of a completed sum (see
@@ -316,6 +316,54 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
   }
 }
 
+/* The kernel of this rank runs call `call`: peers may now write into its buffers. */
+__device__ static inline void rx_started(RxCtx *x) {
+  __threadfence_system();
+  *(volatile unsigned *)x->run->started[x->rank] = x->a->call;
+}
+
+/*
+** Direct: write the tile straight into the receiver's buffer and count it
+** on the connection, once the receiver's kernel runs this call (its buffer
+** is then free: nothing in the program touched it before). Without every
+** rank's buffers (ranks not called together) it is a plain send.
+*/
+__device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int dbuf, int didx, int cnt,
+                                           int m) {
+  if (!x->a->direct) return rx_send(x, cout, buf, idx, cnt, m);
+  size_t lo, dlo, n, per = x->run->slot_bytes / x->a->esize;
+  rx_tile(x, idx, cnt, m, &lo, &n);
+  rx_tile(x, didx, cnt, m, &dlo, &n);
+  __shared__ unsigned long long s_seq;
+  if (threadIdx.x == 0) {
+    unsigned spins = 0;
+    while ((int)(*(volatile unsigned *)x->run->started[peer] - x->a->call) < 0 && !rx_give_up(x, &spins)) {
+    }
+    s_seq = rx_ld(rx_fifo(x, cout)->tail);
+  }
+  __syncthreads();
+  unsigned long long seq = s_seq;
+  char *dst = x->a->buf[peer][dbuf];
+  for (size_t k = 0; k < n; k += per, seq++) {
+    size_t w = n - k < per ? n - k : per;
+    rx_move(x->a, dst + (dlo + k) * x->a->esize, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
+    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
+  }
+}
+
+/* The receiving end of a put: wait for each piece, then count it drained. */
+__device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int wbuf, int widx, int cnt, int m) {
+  if (!x->a->direct) return rx_recv(x, cin, -1, -1, 0, wbuf, widx, cnt, 0, m);
+  size_t lo, n, per = x->run->slot_bytes / x->a->esize;
+  rx_tile(x, widx, cnt, m, &lo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    unsigned long long seq;
+    rx_slot_in(x, cin, &seq);
+    if (threadIdx.x == 0) rx_st(rx_fifo(x, cin)->head, seq + 1);
+    __syncthreads();
+  }
+}
+
 __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
   size_t slo, dlo, n, per = x->run->slot_bytes / x->a->esize;
   rx_tile(x, ridx, cnt, m, &slo, &n);
@@ -347,6 +395,8 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) rx_send(x, c, b, i, n, m)
 #define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)
+#define RX_PUT(c, p, b, i, db, di, n) rx_put(x, c, p, b, i, db, di, n, m)
+#define RX_RECV_PUT(c, b, i, n) rx_recv_put(x, c, b, i, n, m)
 #define RX_RRC(c, ub, ui, b, i, n, d) rx_recv(x, c, -1, ub, ui, b, i, n, d, m)
 #define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) rx_recv(x, ci, co, ub, ui, b, i, n, d, m)
@@ -362,8 +412,8 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_PROGRAM_BEGIN(n) \
   extern "C" __global__ void rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
-    int rank_ = run->block_rank[blockIdx.x]; \
-    RxCtx ctx = {run, &a, rank_, run->rank_local[rank_], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0, 0, 0}; \
+    RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0, 0, 0}; \
+    if (a.direct && ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
     RxCtx *x = &ctx; \
     switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;

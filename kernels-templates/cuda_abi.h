@@ -40,20 +40,21 @@ typedef struct RxRun {
   const int *block_rank;   /* per block of the launch: its rank, TB and channel */
   const int *block_tb;
   const int *block_chan;
-  const int *rank_local;   /* per rank: its index among the ranks of its GPU (RxArgs.buf) */
+  unsigned *const *started; /* per rank: the call its kernel runs, in that rank's memory (direct sends) */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
 } RxRun;
 
-#define RX_MAXLOCAL 32 /* ranks one GPU may hold in one launch */
+#define RX_MAXRANKS 64 /* ranks of a plan the runtime runs */
 
-/* One call, passed by value: buffers of the GPU's ranks (by local index),
-   sizes, and where this call's flag counts start. */
+/* One call, passed by value: buffers by rank (this GPU's ranks, or every
+   rank when all were called together: then `direct` sends may write into
+   peers' buffers), sizes, and where this call's flag counts start. */
 typedef struct RxArgs {
   const RxRun *run;
-  char *buf[RX_MAXLOCAL][3];
+  char *buf[RX_MAXRANKS][3];
   size_t count, esize;
-  unsigned base;
-  int nranks, nmicro, dtype, op;
+  unsigned base, call;
+  int nranks, nmicro, dtype, op, direct;
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
 } RxArgs;
 

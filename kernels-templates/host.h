@@ -177,6 +177,30 @@ static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) 
   return 0;
 }
 
+/* Direct: write the tile straight into the receiver's (peer's) buffer and
+   count it on the connection; the receiver's RX_RECV_PUT only waits for it. */
+static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int dbuf, int didx, int cnt, int m) {
+  size_t lo, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  rx_tile(x->run, didx, cnt, m, &dlo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    memcpy(x->run->buf[peer * 3 + dbuf] + (dlo + k) * es, rx_at(x, buf, lo + k), w * es);
+    rx_push(x, cout);
+  }
+  return 0;
+}
+
+static inline int rx_recv_put(RxCtx *x, int cin, int cnt, int idx, int m) {
+  size_t lo, n, per = x->run->slot_bytes / x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    if (!rx_slot_in(x, cin)) return 1;
+    rx_pop(x, cin);
+  }
+  return 0;
+}
+
 /* out = operand (+) in, elementwise; the operand may be out itself. `done`:
    this reduction completes the values, so avg divides them here, before
    they are stored or forwarded (see core.h). */
@@ -255,6 +279,8 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
+#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put(x, c, p, b, i, db, di, n, m)) return; } while (0)
+#define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, n, i, m)) return; } while (0)
 #define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)

@@ -265,6 +265,7 @@ typedef struct {
 */
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
+  uint8_t direct; /* a send that writes straight into the receiver's buffer, and its receive */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */

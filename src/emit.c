@@ -56,8 +56,15 @@ static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
   switch (p->kind) {
-  case PR_SEND: call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt); break;
-  case PR_RECV: call(b, "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
+  case PR_SEND:
+    if (p->direct) {
+      const Prim *rp = &pl->p[pl->task_recv[p->tout]];
+      call(b, "RX_PUT", "iibibii", p->cout, rp->rank, p->rbuf, p->ridx, rp->wbuf, rp->widx, p->cnt);
+    } else {
+      call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt);
+    }
+    break;
+  case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
   case PR_RRC: call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done); break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
   case PR_RRCS:

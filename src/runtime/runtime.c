@@ -135,6 +135,7 @@ typedef struct {
     int nblocks;
     unsigned base;    /* flag counts start here for the next call */
   } dev[MAXDEV];
+  unsigned calls;     /* calls launched with every rank together (RxArgs.call) */
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
   char **scratch;     /* per rank, grown on demand */
@@ -160,7 +161,6 @@ typedef struct {
 struct resccl_comm {
   Group *g;
   int rank, cudev, d; /* d: index into g->dev */
-  int local;          /* index among the ranks on the same GPU */
 };
 
 /* ------------------------------------------------------------ init */
@@ -185,6 +185,7 @@ void rt_conf_env(RtConf *c) {
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
   if (!comms || ndev < 1) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: no communicators asked for");
+  if (ndev > RX_MAXRANKS) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: at most %d ranks", RX_MAXRANKS);
   int count = 0;
   CU(cudaGetDeviceCount(&count));
   TRY(drv_open());
@@ -192,7 +193,6 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
   struct resccl_comm *c = calloc((size_t)ndev, sizeof *c);
   if (!g || !c) return free(g), free(c), rt_fail(resccl_system_error, "out of memory");
   g->n = g->live = ndev, g->comms = c;
-  int perdev[MAXDEV] = {0};
   for (int r = 0; r < ndev; r++) {
     int d = devlist ? devlist[r] : r;
     if (d < 0 || d >= count) {
@@ -205,9 +205,7 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
       if (k == MAXDEV) return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d GPUs", MAXDEV);
       g->dev[g->ndevs++] = d;
     }
-    if (perdev[k] == RX_MAXLOCAL)
-      return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d ranks on GPU %d", RX_MAXLOCAL, d);
-    c[r] = (struct resccl_comm){g, r, d, k, perdev[k]++};
+    c[r] = (struct resccl_comm){g, r, d, k};
   }
   /* Peer access between every pair of GPUs: FIFOs are written across them. */
   for (int a = 0; a < g->ndevs; a++) {
@@ -418,8 +416,12 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(src->cudev));
     TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long)));
   }
-  int *local = malloc(sizeof(int) * (size_t)v->nranks);
-  for (int r = 0; r < v->nranks; r++) local[r] = g->comms[r].local;
+  /* Per rank, a word in its GPU's memory: the call its kernel runs (direct sends wait for it). */
+  unsigned **started = calloc((size_t)v->nranks, sizeof *started);
+  for (int r = 0; r < v->nranks; r++) {
+    CU(cudaSetDevice(g->comms[r].cudev));
+    TRY(dev_alloc(v, &started[r], sizeof(unsigned)));
+  }
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
@@ -456,16 +458,17 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     memset(&run, 0, sizeof run);
     run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nchan = K;
     run.slot_bytes = cf->slot_bytes;
-    int *dtab, *dlocal;
+    int *dtab;
+    unsigned **dstarted;
     TRY(dev_alloc(v, &dtab, sizeof(int) * (3 * (size_t)nb + 1)));
-    TRY(dev_alloc(v, &dlocal, sizeof(int) * (size_t)v->nranks));
+    TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * (size_t)v->nranks));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * K + 1)));
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dlocal, local, sizeof(int) * (size_t)v->nranks, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
     free(tab);
-    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.rank_local = dlocal;
+    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.started = dstarted;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
     CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
@@ -473,7 +476,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d connections x %d channels", v->inplace ? "in-place" : "out-of-place",
          g->dev[d], nb, per_sm, v->nconn, K);
   }
-  free(fifo), free(local);
+  free(fifo), free(started);
   if (res == resccl_success) {
     v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
     v->scratch_bytes = calloc((size_t)v->nranks, sizeof *v->scratch_bytes);
@@ -675,6 +678,18 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
 /* One kernel per (variant, GPU), holding every rank of that GPU. */
 static resccl_result_t launch(Call *calls, int n) {
   char *done = calloc((size_t)n, 1);
+  /* Per call, the first call of its plan in this batch; when every rank of
+     the plan is here, its kernels get every rank's buffers (direct sends)
+     and one call number. */
+  int *first = malloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    first[i] = i;
+    for (int j = 0; j < i; j++)
+      if (calls[j].v == calls[i].v) {
+        first[i] = first[j];
+        break;
+      }
+  }
   resccl_result_t rc = resccl_success;
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (done[i]) continue;
@@ -685,9 +700,19 @@ static resccl_result_t launch(Call *calls, int n) {
     memset(&a, 0, sizeof a);
     a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.dtype = c->dtype,
     a.op = c->op, a.base = c->v->dev[d].base, a.nranks = c->v->nranks;
+    int present = 0;
+    for (int j = 0; j < n; j++)
+      if (first[j] == first[i]) {
+        for (int b = 0; b < 3; b++) a.buf[calls[j].comm->rank][b] = calls[j].buf[b];
+        present++;
+      }
+    a.direct = present == c->v->nranks;
+    if (a.direct && first[i] == i) c->v->calls++;
+    a.call = c->v->calls;
+    if (!a.direct) memset(a.buf, 0, sizeof a.buf);
     a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
     int ranks = 0, want = 0;
-    cudaStream_t extra[RX_MAXLOCAL];
+    cudaStream_t extra[RX_MAXRANKS];
     int nextra = 0;
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == d;
     for (int j = i; j < n; j++) {
@@ -697,7 +722,7 @@ static resccl_result_t launch(Call *calls, int n) {
         rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
         break;
       }
-      for (int b = 0; b < 3; b++) a.buf[o->comm->local][b] = o->buf[b];
+      for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
       if (o->stream != c->stream) extra[nextra++] = o->stream;
       done[j] = 1, ranks++;
     }
@@ -736,7 +761,7 @@ static resccl_result_t launch(Call *calls, int n) {
       fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
   }
-  free(done);
+  free(done), free(first);
   return rc;
 }
 
