@@ -180,8 +180,8 @@ static int pmain(lua_State *L) {
   lua_pushliteral(L, "resccl.cli");
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "main");
-  lua_createtable(L, argc, 0);
-  for (int i = 1; i < argc; i++) lua_pushstring(L, argv[i]), lua_rawseti(L, -2, i);
+  lua_createtable(L, argc, 0); /* argv[0], how resccl was run, at index 0 as in lua.c's arg */
+  for (int i = 0; i < argc; i++) lua_pushstring(L, argv[i]), lua_rawseti(L, -2, i);
   lua_call(L, 1, 1); /* errors propagate to docall's handler */
   return 1;
 }

@@ -21,6 +21,9 @@ commands:
   export FILE    compile and write the schedule as MSCCL XML (--msccl-xml OUT)
   sim FILE       time the plan on its topology with the discrete-event
                  simulator; --baseline adds MSCCL's or NCCL's way to run it
+  bench FILE     compile to a plan and run it on the GPUs (resccl-bench):
+                 nccl-tests' table, out-of-place and in-place, with NCCL's
+                 busbw and thread blocks from the same run
   repl           interactive Lua with the DSL loaded as `resccl`
   help           this text
 
@@ -62,6 +65,18 @@ sim options:
   --trace FILE           Chrome trace-event JSON of the run (Perfetto)
   --svg FILE             TB timeline per rank, or busbw vs size with --sweep
 
+bench options (nccl-tests' flags; resccl-bench --help has the defaults):
+  -g N                   GPUs, rank r on GPU r (default: the program's ranks;
+                         -g N alone compiles for N ranks)
+  --virtual              every rank on GPU 0 (ranks=N): correctness, not speed
+  -b S, -e S             smallest and largest size, nccl-tests' size column:
+                         bytes with K, M, G or T (1M, 8G)
+  -f N, -i S             from one size to the next: times N, or plus S
+  -n N, -w N, -c N       timed, warm-up and checked calls per size
+  --coll NAME            the collective (default: the algorithm's)
+  -d, --dtype T, --op OP datatype and reduction, named as dtype= and op= below
+  --nccl 0|1             NCCL side by side (through libnccl.so.2)
+
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
 h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
 f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
@@ -69,6 +84,28 @@ op=sum|prod|max|min|avg, and the algorithm's own parameters.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
+local COLLECTIVES = { allreduce = true, allgather = true, reducescatter = true, alltoall = true }
+
+-- resccl bench's numeric options: sizes, and integers with their minimum.
+local BENCH_SIZES = { ["-b"] = true, ["-e"] = true, ["-i"] = true }
+local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0 }
+-- The options resccl bench passes on to resccl-bench, in this order.
+local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "--dtype", "--op", "--nccl" }
+
+-- A size (bytes) or an integer of a resccl bench option.
+local function bench_number(flag, v)
+  local n
+  if BENCH_SIZES[flag] then
+    n = require("resccl.sim").parse_size(v)
+    if not n then error(("%s needs a size like 1M or 8G, got '%s'"):format(flag, v), 0) end
+  else
+    n = math.tointeger(tonumber(v))
+    if not n or n < BENCH_INTS[flag] then
+      error(("%s needs an integer >= %d, got '%s'"):format(flag, BENCH_INTS[flag], v), 0)
+    end
+  end
+  return n
+end
 
 local function usage_error(msg)
   io.stderr:write("resccl: ", msg, "\n(see 'resccl help')\n")
@@ -77,7 +114,7 @@ end
 
 -- Parse argv into { cmd, file, opts, args } or nil, message.
 local function parse(argv)
-  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = "auto", args = {} }
+  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = "auto", args = {}, bench = {} }
   local i = 2
   local function value(flag, allowed)
     i = i + 1
@@ -112,6 +149,16 @@ local function parse(argv)
       o[a:sub(3)] = math.tointeger(tonumber(value(a)))
       if not o[a:sub(3)] or o[a:sub(3)] < 1 then error(a .. " needs a positive integer", 0) end
     elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
+    elseif a == "-g" then o.ngpus = bench_number(a, value(a))
+    elseif BENCH_SIZES[a] or BENCH_INTS[a] then o.bench[a] = bench_number(a, value(a))
+    elseif a == "-d" or a == "--dtype" or a == "--op" then -- the short names plan:exec takes
+      local v = value(a)
+      local name, expected = (a == "--op" and core.redop or core.dtype)(v)
+      if not name then error(("%s %s: %s"):format(a, v, expected), 0) end
+      o.bench[a == "--op" and "--op" or "--dtype"] = name
+    elseif a == "--nccl" then o.bench["--nccl"] = value(a, { ["0"] = true, ["1"] = true })
+    elseif a == "--coll" then o.coll = value(a, COLLECTIVES)
+    elseif a == "--virtual" then o.virtual = true
     elseif a:match "^%-%-%w[%w-]*=" then -- --flag=value
       local flag, v = a:match "^(%-%-[%w-]+)=(.*)$"
       table.insert(argv, i + 1, v)
@@ -512,12 +559,74 @@ function M.export(o)
   return 0
 end
 
+-- ------------------------------------------------------------------ bench
+
+local function shell_quote(v)
+  return "'" .. tostring(v):gsub("'", "'\\''") .. "'"
+end
+
+-- resccl-bench next to this resccl (argv[0]), else on PATH; nil when neither has it.
+local function bench_exe(argv0)
+  local dirs = { argv0 and argv0:match "^(.*)/[^/]*$" }
+  for d in (os.getenv "PATH" or ""):gmatch "[^:]+" do dirs[#dirs + 1] = d end
+  for _, d in ipairs(dirs) do
+    local f = io.open(d .. "/resccl-bench")
+    if f then
+      f:close()
+      return d .. "/resccl-bench"
+    end
+  end
+end
+
+--- Compile FILE for the GPUs asked for, write its plan to a temporary file and
+--- run resccl-bench on it; returns resccl-bench's exit status.
+function M.bench(o)
+  local b = o.bench
+  if b["-b"] and b["-e"] and b["-b"] > b["-e"] then
+    return usage_error(("-b %d is larger than -e %d"):format(b["-b"], b["-e"]))
+  end
+  local given = o.ngpus or o.args.ranks or o.args.topo
+  if o.ngpus and not o.args.ranks and not o.args.topo then o.args.ranks = tostring(o.ngpus) end
+  local alg, prog, topo = build(o)
+  local n = prog:info().ranks
+  if not given and not alg.ranks then return usage_error("bench needs -g N (GPUs), or ranks=N with --virtual") end
+  if o.ngpus and o.ngpus ~= n then
+    return usage_error(("-g %d: the program has %d ranks%s"):format(o.ngpus, n,
+      o.virtual and "" or ", one per GPU (--virtual puts every rank on GPU 0)"))
+  end
+  local coll = o.coll or alg.collective
+  if coll ~= alg.collective then
+    return usage_error(("--coll %s: %s implements %s"):format(coll, alg.name, alg.collective))
+  end
+  local exe = bench_exe(o.argv0)
+  if not exe then error("resccl bench needs the GPU runtime (resccl-bench not built: no CUDA toolkit)", 0) end
+  local path = os.tmpname()
+  local ok, err = pcall(M.write_plan, o, alg, prog, topo, path)
+  local status = 1
+  if ok then
+    local cmd = { shell_quote(exe), "--coll", coll, "-g", n }
+    if o.virtual then cmd[#cmd + 1] = "--virtual" end
+    if not alg.inplace then cmd[#cmd + 1] = "--inplace 0" end
+    for _, flag in ipairs(BENCH_PASS) do
+      if b[flag] then cmd[#cmd + 1] = flag .. " " .. shell_quote(b[flag]) end
+    end
+    cmd[#cmd + 1] = shell_quote(path)
+    io.stdout:flush()
+    local _, how, code = os.execute(table.concat(cmd, " "))
+    status = how == "exit" and code or 128 + code
+  end
+  os.remove(path)
+  if not ok then error(err, 0) end
+  return status
+end
+
 function M.help()
   io.write(USAGE)
   return 0
 end
 
---- Entry point from main.c: argv without the program name; returns the exit code.
+--- Entry point from main.c: argv[1..] are the arguments and argv[0] how resccl
+--- was run (bench looks for resccl-bench beside it); returns the exit code.
 function M.main(argv)
   local cmd = argv[1]
   if cmd == nil then io.stderr:write(USAGE) return 2 end
@@ -526,12 +635,14 @@ function M.main(argv)
     return 0
   end
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
-  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export") then
+  if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export"
+      or cmd == "bench") then
     return usage_error(("unknown command '%s'"):format(cmd))
   end
   local ok, o = pcall(parse, argv)
   if not ok then return usage_error(o) end
   if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end
+  o.argv0 = argv[0]
   return M[cmd](o)
 end
 

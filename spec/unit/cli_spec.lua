@@ -1,0 +1,49 @@
+-- lua/resccl/cli.lua: what resccl bench hands to resccl-bench.
+local cli = require "resccl.cli"
+local h = require "helper"
+
+describe("resccl bench", function()
+  -- A folder with a stand-in resccl-bench that records its arguments, checks that the
+  -- plan (the last one) was written, and exits 77.
+  local dir
+
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local f = assert(io.open(dir .. "/resccl-bench", "w"))
+    f:write('#!/bin/sh\necho "$@" >"$(dirname "$0")/args"\nfor plan; do :; done\ntest -s "$plan" || exit 3\nexit 77\n')
+    f:close()
+    assert(os.execute("chmod +x " .. dir .. "/resccl-bench"))
+  end)
+
+  teardown(function()
+    os.execute("rm -r " .. dir)
+  end)
+
+  -- Run `resccl bench args...` as if resccl lived in dir; returns the status and resccl-bench's arguments.
+  local function bench(args)
+    local argv = { [0] = dir .. "/resccl", "bench" }
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    os.remove(dir .. "/args")
+    local code = cli.main(argv)
+    return code, h.read(dir .. "/args")
+  end
+
+  it("passes sizes in bytes, the ranks and the collective, and resccl-bench's status", function()
+    local code, args = bench { "algorithms/allreduce_ring.lua", "-g", "2", "-b", "1M", "-e", "8G", "-f", "2",
+      "--dtype", "bf16", "--op", "max", "-n", "5", "-w", "1", "-c", "0", "--nccl", "0" }
+    assert.equal(77, code)
+    local plan = args:match "(%S+)\n$"
+    assert.equal("--coll allreduce -g 2 -b 1048576 -e 8589934592 -f 2 -n 5 -w 1 -c 0 --dtype bf16 --op max " ..
+      "--nccl 0 " .. plan .. "\n", args)
+    assert.is_nil(io.open(plan), "the temporary plan is removed")
+  end)
+
+  it("puts virtual ranks on one GPU, skips in-place where the algorithm has none, shortens names", function()
+    local _, args = bench { "algorithms/allreduce_hm.lua", "ranks=8", "--virtual" }
+    assert.matches("^%-%-coll allreduce %-g 8 %-%-virtual %S+\n$", args)
+    _, args = bench { "--coll", "alltoall", "algorithms/alltoall_direct.lua", "-g", "4", "-i", "64K", "-d", "half" }
+    assert.matches("^%-%-coll alltoall %-g 4 %-%-inplace 0 %-i 65536 %-%-dtype f16 %S+\n$", args)
+  end)
+end)
