@@ -33,7 +33,6 @@ if [ "${CHECKS:-1}" = 1 ]; then
   printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(tail -1 "$out/ctest-gpu.txt" | cut -c1-60)"
   printf '%-44s %s\n' "C API, 4 ranks on $ngpu GPUs" "$(tail -1 "$out/runtime-r4.txt")"
 fi
-channels=${CHANNELS:-4 8 12 16}
 check() { # name args...
   name=$1
   shift
@@ -74,35 +73,14 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 
-# Bandwidth, side by side with NCCL in the same run (out-of-place busbw, GB/s).
+# Bandwidth: nccl-tests' table for each ring collective and the direct
+# all-to-all over every GPU, NCCL measured in the same run (resccl bench).
 if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
-  nvcc -O2 -o "$out/nccl-bench" tools/nccl-bench.cu -lnccl >/dev/null 2>&1 &&
-    "$out/nccl-bench" 8388608 536870912 >"$out/nccl.txt" 2>&1
-  echo "# resccl ring, $ngpu GPUs, out-of-place busbw GB/s by channels (blocks per TB: a ring has 2 TBs"
-  echo "# per GPU, so ch=12 is NCCL's 24 blocks); NCCL (24 blocks) in the last column"
-  printf '%-14s %10s' collective bytes
-  for ch in $channels; do printf ' %8s' "ch=$ch"; done
-  printf ' %8s\n' NCCL
-  for c in allreduce allgather reducescatter; do
-    for bytes in 8388608 67108864 536870912; do
-      n=$ngpu elems=$((bytes / 4)) count=$elems factor=1
-      [ $c = allreduce ] && factor=2 || count=$((elems / n))
-      nmicro=$((bytes / 8388608)); [ $nmicro -lt 1 ] && nmicro=1
-      [ "$bytes" -gt 536870912 ] && continue
-      row=$(printf '%-14s %10s' $c $bytes)
-      for ch in $channels; do
-        "$bin" run "algorithms/${c}_ring.lua" ranks=$n ndev=$n count=$count nmicro=$nmicro slots=4 \
-          slot_bytes=524288 channels=$ch iters=10 --gpu >"$out/bench-$c-$bytes-$ch.txt" 2>&1 || fail=1
-        ms=$(sed -n 's/^exec .*wrong (\([0-9.]*\) ms).*/\1/p' "$out/bench-$c-$bytes-$ch.txt" | head -1)
-        bw=$(awk -v b=$bytes -v ms="${ms:-0}" -v n=$n -v f=$factor \
-          'BEGIN { if (ms > 0) printf "%.1f", b / (ms / 1e3) / 1e9 * f * (n - 1) / n; else print "-" }')
-        row="$row $(printf '%8s' "$bw")"
-      done
-      col=$([ $c = allreduce ] && echo 2 || ([ $c = allgather ] && echo 3 || echo 4))
-      nccl=$(awk -v b=$bytes -v k=$col '$1 == b { print $k }' "$out/nccl.txt")
-      echo "$row $(printf '%8s' "${nccl:--}")"
-    done
+  for a in allreduce_ring allgather_ring reducescatter_ring alltoall_direct; do
+    "$bin" bench "algorithms/$a.lua" -g "$ngpu" -b "${BMIN:-1M}" -e "${BMAX:-8G}" -f 2 -n 20 -w 5 \
+      >"$out/bench-$a.txt" 2>&1 || fail=1
+    cat "$out/bench-$a.txt"
   done
-  echo "bench: $([ $fail = 0 ] && echo every run checked correct || echo FAILURES, see $out/bench-*.txt)"
+  echo "bench: $([ $fail = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
 fi
 exit $fail
