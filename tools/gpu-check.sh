@@ -1,8 +1,9 @@
 #!/bin/sh
-# On a GPU machine: build resccl, then run the emitted CUDA of the shipped
-# algorithms on the GPUs (virtual ranks on one GPU, and spread over all of
-# them) and check every result against the reference.
-#   tools/gpu-check.sh [OUTDIR]
+# On a GPU machine: build resccl and libresccl, run the C API tests (CTest
+# label gpu), every shipped algorithm and every dtype x op on the GPUs
+# (virtual ranks on one GPU, and spread over all of them) checked against the
+# reference, compute-sanitizer on a small case, then the benchmarks.
+#   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
 # (`apt-get download liblua5.4-0 liblua5.4-dev`); they are unpacked to /opt/lua.
 set -u
