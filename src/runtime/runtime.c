@@ -174,9 +174,9 @@ void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
   c->threads = env_int("RESCCL_THREADS", 512);
   c->nslots = env_int("RESCCL_SLOTS", 4);
-  /* Large tiles: each handshake (fence, flag, slot) then moves a MiB per
-     channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
-  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 1 << 20);
+  /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
+     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
+  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 2 << 20);
   c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 16 << 20);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   const char *t = getenv("RESCCL_TIMEOUT");
@@ -658,6 +658,11 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   size_t nm = (chunk + tile - 1) / tile, pipe = chunk / (tile / 8 ? tile / 8 : 1);
   if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
   if (p->conf.nmicro > 0) nm = (size_t)p->conf.nmicro;
+  /* Every channel's slice of a tile fits one slot: on 2xH200 slices that
+     took two slots ran at 20 GB/s from 128 MiB up (BENCHMARKS.md). */
+  size_t room = p->conf.slot_bytes > 64 ? (p->conf.slot_bytes - 64) * (size_t)v->nchan : 1;
+  size_t whole = ((size_t)v->maxcnt * chunk + room - 1) / room;
+  if (nm < whole) nm = whole;
   if (v->fifo_tiles) {
     size_t fifo = (size_t)p->conf.nslots * p->conf.slot_bytes * (size_t)v->nchan;
     size_t need = ((size_t)v->fifo_tiles * (size_t)v->maxcnt * (chunk + 64 * (size_t)v->nchan) + fifo - 1) / fifo;
