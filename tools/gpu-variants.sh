@@ -1,9 +1,10 @@
 #!/bin/sh
-# On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time kernel
-# variants of the ring collectives side by side (out-of-place busbw, GB/s),
-# each run checked correct. A variant is NAME|NVRTC options|run arguments;
-# `micro` is the bytes of a chunk per micro-batch; arguments are comma-separated.
-#   VARIANTS='base||micro=4194304 unroll8|-DRX_UNROLL=8|micro=4194304' tools/gpu-variants.sh [OUTDIR]
+# On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time
+# variants of the runtime's settings side by side with `resccl bench` (every
+# size checked), out-of-place busbw GB/s, NCCL from the same run last. A
+# variant is NAME|VAR=value,VAR=value (RESCCL_* knobs, docs/runtime.md).
+#   VARIANTS='base| ch16|RESCCL_NCHANNELS=16 u4|RESCCL_NVRTC_OPTIONS=-DRX_UNROLL=4' \
+#   SIZES='8M 64M 512M' tools/gpu-variants.sh [OUTDIR]
 set -u
 out=${1:-/tmp/gpu-variants}
 mkdir -p "$out"
@@ -12,36 +13,28 @@ bin=build-gpu/resccl
 if [ -d /opt/lua/usr/lib/x86_64-linux-gnu ]; then # the Lua gpu-check.sh unpacked
   export LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
 fi
-n=2
-sizes=${SIZES:-67108864 536870912}
-variants=${VARIANTS:-'base||micro=4194304'}
-# NCCL, measured in the same run (tools/nccl-bench.cu), in the last column.
-lo=$(echo $sizes | tr ' ' '\n' | sort -n | head -1) hi=$(echo $sizes | tr ' ' '\n' | sort -n | tail -1)
-nvcc -O2 -o "$out/nccl-bench" tools/nccl-bench.cu -lnccl >/dev/null 2>&1 && "$out/nccl-bench" "$lo" "$hi" >"$out/nccl.txt" 2>&1
-printf '%-14s %10s' collective bytes
-for v in $variants; do printf ' %10s' "${v%%|*}"; done
-printf ' %10s\n' NCCL
-for c in allreduce allgather reducescatter; do
-  for bytes in $sizes; do
-    elems=$((bytes / 4)) count=$elems factor=1
-    [ $c = allreduce ] && factor=2 || count=$((elems / n))
-    row=$(printf '%-14s %10s' $c $bytes)
-    for v in $variants; do
-      name=${v%%|*} rest=${v#*|}
-      opts=${rest%%|*} args=${rest#*|}
-      micro=$(echo "$args" | sed -n 's/.*micro=\([0-9]*\).*/\1/p')
-      args=$(echo "$args" | sed 's/micro=[0-9]*//' | tr ',' ' ')
-      chunk=$((bytes / n))
-      nmicro=$((chunk / ${micro:-4194304})); [ $nmicro -lt 1 ] && nmicro=1
-      log="$out/$c-$bytes-$name.txt"
-      RESCCL_NVRTC_OPTIONS="$opts" "$bin" run "algorithms/${c}_ring.lua" ranks=$n ndev=$n count=$count \
-        nmicro=$nmicro slots=4 slot_bytes=1048576 channels=16 iters=10 $args --gpu >"$log" 2>&1
-      ms=$(sed -n 's/^exec .* 0 wrong (\([0-9.]*\) ms).*/\1/p' "$log" | head -1)
-      bw=$(awk -v b=$bytes -v ms="${ms:-0}" -v n=$n -v f=$factor \
-        'BEGIN { if (ms > 0) printf "%.1f", b / (ms / 1e3) / 1e9 * f * (n - 1) / n; else print "-" }')
-      row="$row $(printf ' %10s' "$bw")"
+variants=${VARIANTS:-'base|'}
+for a in ${ALGS:-allreduce_ring allgather_ring reducescatter_ring}; do
+  first=1
+  for v in $variants; do
+    name=${v%%|*} envs=$(echo "${v#*|}" | tr ',' ' ')
+    for s in ${SIZES:-8M 64M 512M}; do
+      env $envs "$bin" bench "algorithms/$a.lua" -g 2 -b "$s" -e "$s" -n 10 -w 3 --inplace 0 \
+        --nccl "$first" >"$out/$a-$name-$s.txt" 2>&1
     done
-    col=$([ $c = allreduce ] && echo 2 || ([ $c = allgather ] && echo 3 || echo 4))
-    echo "$row $(printf ' %10s' "$(awk -v b=$bytes -v k=$col '$1 == b { print $k }' "$out/nccl.txt" 2>/dev/null)")"
+    first=0
+  done
+  printf '%-20s %12s' "$a" bytes
+  for v in $variants; do printf ' %10s' "${v%%|*}"; done
+  printf ' %10s\n' NCCL
+  for s in ${SIZES:-8M 64M 512M}; do
+    row="" bytes=""
+    for v in $variants; do
+      line=$(grep -E '^ +[0-9]' "$out/$a-${v%%|*}-$s.txt" | head -1)
+      bytes=$(echo "$line" | awk '{ print $1 }')
+      row="$row $(printf ' %10s' "$(echo "$line" | awk '{ print $7 }')")"
+    done
+    nccl=$(grep -E '^ +[0-9]' "$out/$a-${variants%%|*}-$s.txt" | head -1 | awk '{ print $13 }')
+    printf '%-20s %12s%s %10s\n' "" "${bytes:--}" "$row" "${nccl:--}"
   done
 done
