@@ -128,7 +128,8 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 
 /* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */
 __device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
-  if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd | bytes) % 16 == 0) {
+  size_t head = 0;
+  if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
     int4 *o = (int4 *)out, *f = (int4 *)fwd;
     const int4 *s = (const int4 *)in;
     size_t nv = bytes / 16, i = threadIdx.x, step = blockDim.x;
@@ -147,12 +148,13 @@ __device__ static inline void rx_copy16(char *out, const char *in, size_t bytes,
       o[i] = v;
       if (f) f[i] = v;
     }
-  } else {
-    for (size_t i = threadIdx.x; i < bytes; i += blockDim.x) {
-      char v = ((volatile const char *)in)[i];
-      out[i] = v;
-      if (fwd) fwd[i] = v;
-    }
+    head = nv * 16;
+  }
+  /* What is left (or everything, when misaligned) byte by byte. */
+  for (size_t i = head + threadIdx.x; i < bytes; i += blockDim.x) {
+    char v = ((volatile const char *)in)[i];
+    out[i] = v;
+    if (fwd) fwd[i] = v;
   }
 }
 

@@ -66,7 +66,8 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
                   .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
                   .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = o->nslots,
                   .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = g->nchan > 0 ? g->nchan : 1,
-                  .slot_bytes = o->slot_bytes / dtype_size[o->dtype] * dtype_size[o->dtype],
+                  /* the runtime's smallest slot: 4 KiB, whole 16-byte vectors */
+                  .slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16,
                   .timeout_s = (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1e3};
   data_elems(p, o->count, job.elems);
   job.init = data_buffers(pl, o);

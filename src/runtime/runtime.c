@@ -489,8 +489,24 @@ static void plan_unload(Group *g, RtPlan *p) {
   free(p);
 }
 
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
+
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
+  if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 32 || conf->threads > 1024 || conf->threads % 32 ||
+      conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
+      conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0)
+    return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_THREADS "
+                   "a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
+                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_TIMEOUT >= 0)");
+  int dev = -1;
+  cudaGetDevice(&dev);
+  resccl_result_t rc = plan_load(comm, path, conf);
+  if (dev >= 0) cudaSetDevice(dev);
+  return rc;
+}
+
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
   Group *g = comm->g;
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
@@ -597,10 +613,14 @@ typedef struct {
   cudaStream_t stream;
 } Call;
 
-static struct {
+/* The open group of the calling thread (NCCL's groups are per thread too);
+   a call refused inside it fails the whole group at resccl_group_end. */
+static __thread struct {
   int depth;
   Call *q;
   int n, cap;
+  resccl_result_t error;
+  char why[1024];
 } group;
 
 static resccl_result_t launch(Call *calls, int n);
@@ -613,8 +633,10 @@ resccl_result_t resccl_group_start(void) {
 resccl_result_t resccl_group_end(void) {
   if (group.depth == 0) return rt_fail(resccl_invalid_usage, "resccl_group_end without resccl_group_start");
   if (--group.depth > 0) return resccl_success;
-  resccl_result_t rc = group.n ? launch(group.q, group.n) : resccl_success;
-  group.n = 0;
+  resccl_result_t rc = group.error;
+  if (rc != resccl_success) rt_fail(rc, "%s (nothing of the group was launched)", group.why);
+  else if (group.n) rc = launch(group.q, group.n);
+  group.n = 0, group.error = resccl_success;
   return rc;
 }
 
@@ -631,7 +653,7 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, char *
   return resccl_success;
 }
 
-static resccl_result_t enqueue(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
+static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
                                resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
   if (*(volatile int *)comm->g->stop)
@@ -680,6 +702,20 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   return resccl_success;
 }
 
+/* Queue or launch one call, leaving the caller's current device as it was. */
+static resccl_result_t enqueue(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
+                               resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  resccl_result_t rc = enqueue_call(coll, send, recv, count, dt, op, comm, stream, inplace);
+  if (dev >= 0) cudaSetDevice(dev);
+  if (rc != resccl_success && group.depth > 0 && group.error == resccl_success) {
+    group.error = rc;
+    snprintf(group.why, sizeof group.why, "%s", last_error);
+  }
+  return rc;
+}
+
 /* One kernel per (variant, GPU), holding every rank of that GPU. */
 static resccl_result_t launch(Call *calls, int n) {
   char *done = calloc((size_t)n, 1);
@@ -695,7 +731,29 @@ static resccl_result_t launch(Call *calls, int n) {
         break;
       }
   }
+  /* Everything is checked before anything is launched: a half-launched call
+     would leave its kernels waiting for peers that never come. */
   resccl_result_t rc = resccl_success;
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    Call *c = &calls[i];
+    Group *g = c->comm->g;
+    int here = 0, want = 0;
+    for (int j = 0; j < n && rc == resccl_success; j++) {
+      Call *o = &calls[j];
+      if (first[j] != first[i]) continue;
+      if (o->count != c->count || o->dtype != c->dtype || o->op != c->op)
+        rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
+      else if (j != i && o->comm == c->comm)
+        rc = rt_fail(resccl_invalid_usage, "%s: rank %d called twice in one group", c->plan->coll, c->comm->rank);
+      here += o->comm->d == c->comm->d;
+    }
+    for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
+    if (rc == resccl_success && here != want)
+      rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
+                   "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
+  }
+  int dev = -1;
+  cudaGetDevice(&dev);
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (done[i]) continue;
     Call *c = &calls[i];
@@ -716,26 +774,15 @@ static resccl_result_t launch(Call *calls, int n) {
     a.call = c->v->calls;
     if (!a.direct) memset(a.buf, 0, sizeof a.buf);
     a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
-    int ranks = 0, want = 0;
+    int ranks = 0;
     cudaStream_t extra[RX_MAXRANKS];
     int nextra = 0;
-    for (int r = 0; r < g->n; r++) want += g->comms[r].d == d;
     for (int j = i; j < n; j++) {
       Call *o = &calls[j];
       if (done[j] || o->v != c->v || o->comm->d != d) continue;
-      if (o->count != c->count || o->dtype != c->dtype || o->op != c->op) {
-        rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
-        break;
-      }
       for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
       if (o->stream != c->stream) extra[nextra++] = o->stream;
       done[j] = 1, ranks++;
-    }
-    if (rc != resccl_success) break;
-    if (ranks != want) {
-      rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
-                   "resccl_group_end", c->plan->coll, want, g->dev[d]);
-      break;
     }
     if (cudaSetDevice(g->dev[d]) != cudaSuccess) {
       rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
@@ -766,6 +813,7 @@ static resccl_result_t launch(Call *calls, int n) {
       fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
   }
+  if (dev >= 0) cudaSetDevice(dev);
   free(done), free(first);
   return rc;
 }
