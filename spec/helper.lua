@@ -33,6 +33,27 @@ function M.pcall_err(fn, ...)
   return (tostring(err):gsub("\nstack traceback:.*", ""))
 end
 
+--- Compile every placement an imported algorithm supports and run it on the
+--- host executor at `count`: "ok", the verifier's message or "N wrong", comma-separated.
+function M.import_verdict(i, count)
+  local resccl = require "resccl"
+  local alg = require("resccl.import").algorithm(i)
+  local prog, topo = alg:program {}
+  local out = {}
+  for _, inplace in ipairs { false, true } do
+    if not inplace or alg.inplace then
+      local plan, err = resccl.compile(prog, topo, { inplace = inplace })
+      if err then
+        out[#out + 1] = err
+      else
+        local r = assert(plan:exec { count = count, nmicro = 2 })
+        out[#out + 1] = r.wrong == 0 and "ok" or (r.wrong .. " wrong")
+      end
+    end
+  end
+  return table.concat(out, ",")
+end
+
 --- Read a whole file.
 function M.read(path)
   local f = assert(io.open(path, "rb"))

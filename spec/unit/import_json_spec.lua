@@ -5,22 +5,7 @@ local resccl = require "resccl"
 
 local FIX = "spec/fixtures/import/"
 
-local function verify(i)
-  local alg = import.algorithm(i)
-  local prog, topo = alg:program {}
-  local out = {}
-  for _, inplace in ipairs { false, true } do
-    if not inplace or alg.inplace then
-      local plan, err = resccl.compile(prog, topo, { inplace = inplace })
-      out[#out + 1] = err or "ok"
-      if not err then
-        local r = assert(plan:exec { count = 60, nmicro = 2 })
-        out[#out] = r.wrong == 0 and "ok" or "wrong"
-      end
-    end
-  end
-  return table.concat(out, ",")
-end
+local function verify(i) return (h.import_verdict(i, 60):gsub("%d+ wrong", "wrong")) end
 
 local function json_err(s, name) return h.pcall_err(import.from_text, s, name or "t.json") end
 

@@ -8,25 +8,7 @@ local resccl = require "resccl"
 local FIX = "spec/fixtures/import/"
 local SHARED = "../shared/msccl-xml/"
 
--- Compile every placement the plan supports and execute it on the host
--- executor: "ok", a verifier message or "N wrong", comma-separated.
-local function verdict(i)
-  local alg = import.algorithm(i)
-  local prog, topo = alg:program {}
-  local out = {}
-  for _, inplace in ipairs { false, true } do
-    if not inplace or alg.inplace then
-      local plan, err = resccl.compile(prog, topo, { inplace = inplace })
-      if err then
-        out[#out + 1] = err
-      else
-        local r = assert(plan:exec { count = i.ranks * i.chunks * 16, nmicro = 2 })
-        out[#out + 1] = r.wrong == 0 and "ok" or (r.wrong .. " wrong")
-      end
-    end
-  end
-  return table.concat(out, ",")
-end
+local function verdict(i) return h.import_verdict(i, i.ranks * i.chunks * 16) end
 
 -- Chunk ranges of an op: local {type, index, size} and remote {buffer_id, ...}.
 local function L(ty, index, size) return ('{"type": "%s", "index": %d, "size": %d}'):format(ty, index, size or 1) end
