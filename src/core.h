@@ -290,7 +290,8 @@ typedef struct {
   SchedKind sched;
   TbPolicy tb;
   int inplace;
-  int fuse;          /* FUSE_NEVER, FUSE_AUTO (drop fusion if it deadlocks), FUSE_ALWAYS */
+  int fuse;          /* FUSE_NEVER; FUSE_AUTO: at task level only fusions that serialise
+                        nothing (lower.c), and none that deadlock; FUSE_ALWAYS */
   ExecOrder order;   /* how each TB loops over micro-batches */
   Stage stop_after;  /* last stage to run */
 } Options;

@@ -4,7 +4,9 @@
 ** task is one copy or reduce. Where a chunk that arrives (by a receive or a
 ** local copy) is forwarded in the same sub-pipeline, arrival and send fuse
 ** into recvCopySend, recvReduceCopySend or copySend on one TB, so the chunk
-** leaves as it arrives.
+** leaves as it arrives. FUSE_ALWAYS fuses wherever that holds; FUSE_AUTO,
+** for a task-level plan, only where the TB it ties together loses nothing
+** to running its work in turn (see serialises).
 **
 ** Out: Plan.p (primitives, pipeline order), Plan.conn (one connection per
 ** ordered rank pair that carries data), per-rank primitive lists, and the
@@ -109,6 +111,124 @@ static int dead_after(const Dag *d, int t, int u) {
   return overwritten;
 }
 
+/*
+** Connection ends that must share a TB (tballoc.c's units), followed as
+** lowering fuses: ends 2*conn (sends) and 2*conn+1 (receives), each with the
+** sub-pipelines it has work in, ascending. Unfused, an end has at most one
+** task per sub-pipeline, because its tasks share links.
+*/
+typedef struct {
+  int *up;     /* union-find over ends */
+  int **slots; /* per root: the sub-pipelines it has work in, ascending */
+  int *n, *cap;
+} Units;
+
+static void units_init(Units *u, const Plan *pl) {
+  int nu = 2 * pl->nconn;
+  u->up = xmalloc(((size_t)nu + 1) * sizeof *u->up);
+  u->slots = xcalloc((size_t)nu + 1, sizeof *u->slots);
+  u->n = xcalloc((size_t)nu + 1, sizeof *u->n);
+  u->cap = xcalloc((size_t)nu + 1, sizeof *u->cap);
+  for (int i = 0; i < nu; i++) u->up[i] = i;
+  for (int i = 0; i < pl->np; i++) { /* pipeline order; nothing is fused yet, so one end each */
+    const Prim *p = &pl->p[i];
+    int e = p->cin >= 0 ? 2 * p->cin + 1 : 2 * p->cout;
+    if (p->cin >= 0 || p->cout >= 0) VEC_PUSH(u->slots[e], u->n[e], u->cap[e], p->slot);
+  }
+}
+
+static int has_slot(const int *v, int n, int slot) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (v[mid] < slot) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && v[lo] == slot;
+}
+
+/* Are ends a and b both active in a sub-pipeline other than `slot`? */
+static int units_clash(Units *u, int a, int b, int slot) {
+  int ra = uf_find(u->up, a), rb = uf_find(u->up, b);
+  if (ra == rb) return 0;
+  int small = u->n[ra] < u->n[rb] ? ra : rb, large = small == ra ? rb : ra;
+  for (int k = 0; k < u->n[small]; k++)
+    if (u->slots[small][k] != slot && has_slot(u->slots[large], u->n[large], u->slots[small][k])) return 1;
+  return 0;
+}
+
+/* Tie ends a and b together, merging their sub-pipelines. */
+static void units_join(Units *u, int a, int b) {
+  int ra = uf_find(u->up, a), rb = uf_find(u->up, b);
+  if (ra == rb) return;
+  const int *x = u->slots[ra], *y = u->slots[rb];
+  int nx = u->n[ra], ny = u->n[rb], i = 0, j = 0, n = 0;
+  int *m = xmalloc(((size_t)nx + ny + 1) * sizeof *m);
+  while (i < nx || j < ny) {
+    int v = j >= ny || (i < nx && x[i] <= y[j]) ? x[i] : y[j];
+    if (i < nx && x[i] == v) i++;
+    if (j < ny && y[j] == v) j++;
+    m[n++] = v;
+  }
+  free(u->slots[ra]), free(u->slots[rb]);
+  u->slots[ra] = NULL, u->n[ra] = u->cap[ra] = 0;
+  u->slots[rb] = m, u->n[rb] = u->cap[rb] = n;
+  u->up[ra] = rb;
+}
+
+static void units_free(Units *u, int nconn) {
+  for (int i = 0; i < 2 * nconn; i++) free(u->slots[i]);
+  free(u->up), free(u->slots), free(u->n), free(u->cap);
+}
+
+/* GB/s one TB copies task t at: its slowest link, or the TB's rate. */
+static double pace(const Plan *pl, int t) {
+  int lk[TOPO_MAXHOP], n = topo_route(pl->topo, pl->dag.t[t].src, pl->dag.t[t].dst, lk);
+  double r = pl->topo->tb_gbps > 0 ? pl->topo->tb_gbps : 1e300;
+  for (int i = 0; i < n; i++) {
+    Link l;
+    topo_link(pl->topo, lk[i], &l);
+    if (l.gbps < r) r = l.gbps;
+  }
+  return r;
+}
+
+/*
+** FUSE_AUTO for task-level plans. Fusion saves a pass over memory, but a
+** fused primitive ties its two connection ends to one TB, and a TB runs its
+** primitives one after another, each over every micro-batch. Fusing the
+** arrival of t with the send of u is not worth it when that makes work that
+** could run side by side run in turn:
+**  - both ends are active in another sub-pipeline: their TB would run those
+**    primitives one after the other, where the schedule put them together;
+**  - the sending end has work in an earlier sub-pipeline: the arrival would
+**    wait behind it, and its sender, ready at once, would stall on a full
+**    FIFO;
+**  - u leaves over a slower link than t arrives on (or is copied at), and
+**    another send of what t wrote has later work on its connection: that
+**    send would move at the slow link's pace, and the work behind it wait.
+** Measured on the shipped algorithms (BENCHMARKS.md, "Fusion"), a plan
+** fused this way is never much slower than the faster of fusing
+** everything and fusing nothing.
+*/
+static int serialises(const Plan *pl, Units *un, int t, int u) {
+  const Dag *d = &pl->dag;
+  const Task *a = &d->t[t];
+  int slot = pl->sched.slot[t], cin = pl->p[pl->task_recv[t]].cin, b = 2 * pl->p[pl->task_send[u]].cout;
+  int rb = uf_find(un->up, b);
+  if (un->slots[rb][0] < slot || (cin >= 0 && units_clash(un, 2 * cin + 1, b, slot))) return 1;
+  if (pace(pl, u) >= pace(pl, t)) return 0;
+  for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
+    int w = d->succ[j];
+    const Task *r = &d->t[w];
+    if (w == u || r->src != a->dst || r->dst == r->src || r->sbuf != a->dbuf || !overlaps(r->sidx, a->didx, a->cnt))
+      continue;
+    int rw = uf_find(un->up, 2 * pl->p[pl->task_send[w]].cout);
+    if (un->slots[rw][un->n[rw] - 1] > pl->sched.slot[w]) return 1;
+  }
+  return 0;
+}
+
 typedef struct {
   int prim, on;
 } Wait;
@@ -156,13 +276,17 @@ rcStatus lower_run(Plan *pl, Err *e) {
 
   /* Fusion: an arrival and the send that forwards it become one primitive.
      Placed by hand, they fuse when the hints put them at one TB and step;
-     otherwise when they share a sub-pipeline and the chain stays simple. */
+     otherwise when they share a sub-pipeline and the chain stays simple,
+     and, for FUSE_AUTO at task level, when it serialises nothing. */
   char *gone = xcalloc((size_t)pl->np + 1, 1), *fused = xcalloc((size_t)pl->np + 1, 1);
   int *up = xmalloc(((size_t)n + 1) * sizeof *up); /* the arrival fused into a task's send */
   for (int t = 0; t < n; t++) up[t] = -1;
   Map sends = map_new(manual ? n : 1);
   for (int t = 0; manual && t < n; t++) /* (rank, tb, step) of every send */
     if (d->t[t].src != d->t[t].dst) *map_slot(&sends, hint_key(d->t[t].src, hint[d->t[t].xf].stb, hint[d->t[t].xf].sstep)) = t;
+  Units un = {0};
+  int guard = pl->opt.fuse == FUSE_AUTO && pl->opt.order == EX_TASK && !manual;
+  if (guard) units_init(&un, pl);
   for (int k = 0; k < n && pl->opt.fuse; k++) {
     int t = s->order[k];
     int best = -1;
@@ -175,11 +299,14 @@ rcStatus lower_run(Plan *pl, Err *e) {
     } else {
       for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++) {
         int u = d->succ[j];
-        if (fusable(pl, t, u, fused, 1) && !revisits(d, up, t, d->t[u].dst) && (best < 0 || s->pos[u] < s->pos[best]))
+        if (fusable(pl, t, u, fused, 1) && !revisits(d, up, t, d->t[u].dst) && (best < 0 || s->pos[u] < s->pos[best]) &&
+            !(guard && serialises(pl, &un, t, u)))
           best = u;
       }
     }
     if (best < 0) continue;
+    if (guard && pl->p[pl->task_recv[t]].cin >= 0)
+      units_join(&un, 2 * pl->p[pl->task_recv[t]].cin + 1, 2 * pl->p[pl->task_send[best]].cout);
     up[best] = t;
     Prim *r = &pl->p[pl->task_recv[t]];
     r->kind = r->kind == PR_RRC ? (dead_after(d, t, best) ? PR_RRS : PR_RRCS) : r->kind == PR_COPY ? PR_CS : PR_RCS;
@@ -190,6 +317,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
     pl->task_send[best] = pl->task_recv[t];
   }
   map_free(&sends);
+  if (guard) units_free(&un, pl->nconn);
 
   /* Compact, keeping pipeline order, and renumber the task maps. */
   int *renum = xmalloc(((size_t)pl->np + 1) * sizeof *renum), m = 0;

@@ -37,8 +37,11 @@ options:
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
   --inplace              compile for in-place buffers (compile)
-  --fuse auto|always|never   fuse a receive with the send it feeds: auto
-                         (default) drops fusion when it would deadlock
+  --fuse auto|always|never   fuse a receive (or local copy) with the send it
+                         feeds: always, never, or auto (default): where the
+                         TB it ties together loses nothing by running its work
+                         in turn (task-level; algorithm-level plans fuse
+                         wherever they can), and never where it would deadlock
   --emit host|cuda       print the emitted program (compile)
   --plan FILE            compile: write the plan the GPU runtime loads
                          (libresccl's resccl_plan_load), every placement

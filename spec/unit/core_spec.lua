@@ -209,12 +209,54 @@ end)
 describe("lowering", function()
   local resccl = require "resccl"
 
+  -- fused primitives of each kind in a lowering dump
+  local function fused(dump)
+    local n = {}
+    for k in dump:gmatch "\nr%d+ (%a+) " do
+      if k == "cs" or k == "rcs" or k == "rrs" or k == "rrcs" then n[k] = (n[k] or 0) + 1 end
+    end
+    return n
+  end
+
   it("forwards a reduced chunk without keeping it when nothing reads it again (rrs)", function()
     local prog, topo = resccl.load("algorithms/allreduce_rd.lua"):program { ranks = 8 }
-    local plan = assert(resccl.compile(prog, topo))
+    local plan = assert(resccl.compile(prog, topo, { fuse = "always" }))
     assert.matches("\nr%d+ rrs +from r%d+ to r%d+ %a+%[%d+%] %(not kept%)", plan:dump "lower")
     assert.equal(0, assert(plan:exec { count = 1031, nmicro = 3 }).wrong)
     local never = assert(resccl.compile(prog, topo, { fuse = "never" }))
     assert.not_matches(" rrs ", never:dump "lower")
+  end)
+
+  it("fuses by default only where the TB it ties together runs nothing in turn", function()
+    -- HM all-reduce: every fusion would tie connection ends busy in other sub-pipelines to one TB
+    local prog, topo = resccl.load("algorithms/allreduce_hm.lua"):program { topo = "a100:2x4" }
+    local auto = assert(resccl.compile(prog, topo, { inplace = true }))
+    assert.same({}, fused(auto:dump "lower"))
+    assert.equal(8, auto:report().tbs_per_rank_max) -- the paper's Table 3, Topo1
+    local always = assert(resccl.compile(prog, topo, { fuse = "always", inplace = true }))
+    assert.same({ rcs = 4, rrcs = 6 }, fused(always:dump "lower"))
+    assert.equal(0, assert(auto:exec { count = 1031, nmicro = 3 }).wrong)
+    -- algorithm-level plans fuse wherever they can, as before
+    local algo = assert(resccl.compile(prog, topo, { order = "algorithm", inplace = true }))
+    always = assert(resccl.compile(prog, topo, { order = "algorithm", inplace = true, fuse = "always" }))
+    assert.equal(always:dump "lower", algo:dump "lower")
+  end)
+
+  it("copies and sends at once where the copy's other readers lose nothing by it", function()
+    -- ring all-gather: the copy into the output fuses with the one send that reads it
+    local prog, topo = resccl.load("algorithms/allgather_ring.lua"):program { ranks = 4 }
+    assert.same({ cs = 4 }, fused(assert(resccl.compile(prog, topo)):dump "lower"))
+    -- HM all-gather on 2x4: the copy would fuse with the NIC send, holding the intra-node sends that
+    -- read it, and the later sends on their connections, to the NIC's pace; it fuses with an
+    -- intra-node send instead. In place, the forwards that could fuse (of NIC arrivals) would wait
+    -- behind the earlier sends of their connections, so nothing fuses.
+    prog, topo = resccl.load("algorithms/allgather_hm.lua"):program { topo = "a100:2x4" }
+    local out = assert(resccl.compile(prog, topo)):dump "lower"
+    assert.same({ cs = 8 }, fused(out))
+    assert.matches("\nr0 cs +to r1 ", out)
+    assert.matches("\nr0 cs +to r4 ", assert(resccl.compile(prog, topo, { fuse = "always" })):dump "lower")
+    assert.same({}, fused(assert(resccl.compile(prog, topo, { inplace = true })):dump "lower"))
+    local always = assert(resccl.compile(prog, topo, { inplace = true, fuse = "always" }))
+    assert.same({ rcs = 4 }, fused(always:dump "lower"))
   end)
 end)
