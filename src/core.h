@@ -315,6 +315,8 @@ typedef struct {
   int *tb_base;          /* per rank: index of its first TB */
   int *tb_prims;
   int ntbs;
+  int buffered;          /* 1: deadlock-free only if every connection buffers two tiles (hand-placed
+                            TBs); executors refuse smaller FIFOs */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
@@ -325,6 +327,7 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
 void plan_free(Plan *pl);
 const char *stage_name(int s);
 int stage_parse(const char *s);
+const char *tb_policy_name(TbPolicy t);
 int plan_tbs_max(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
@@ -425,7 +428,7 @@ typedef struct {
   RedOp op;
   size_t count;      /* elements per block (NCCL's count for the collective) */
   int nmicro;        /* micro-batches */
-  int nslots;        /* FIFO slots per connection */
+  int nslots;        /* FIFO slots per connection; 0: two, or for a buffered plan the fewest that hold two tiles */
   size_t slot_bytes; /* bytes per FIFO slot */
   int timeout_ms;    /* no progress for this long = stuck */
   const char *cc;    /* C compiler, default $CC or "cc" */
@@ -440,9 +443,10 @@ typedef struct {
 } ExecResult;
 
 rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
-/* The options make sense, and both ends of every transfer move the same
+/* The options make sense, a buffered plan's FIFOs hold two tiles (nslots 0
+   is set to what it needs), and both ends of every transfer move the same
    number of elements at this count. */
-rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e);
+rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e);
 
 /* ------------------------------------------------------------ exec_gpu.c */
 

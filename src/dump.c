@@ -105,9 +105,8 @@ static void dump_lower(const Plan *pl, Buf *b) {
 }
 
 static void dump_tb(const Plan *pl, Buf *b) {
-  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s\n",
-             pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual", pl->ntbs, plan_tbs_max(pl),
-             pl->opt.order == EX_ALGO ? ", algorithm-level" : "");
+  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s%s\n", tb_policy_name(pl->opt.tb), pl->ntbs, plan_tbs_max(pl),
+             pl->opt.order == EX_ALGO ? ", algorithm-level" : "", pl->buffered ? ", buffered FIFOs" : "");
   for (int r = 0; r < pl->prog->nranks; r++)
     for (int t = 0; t < pl->ntb[r]; t++) {
       int g = pl->tb_base[r] + t;

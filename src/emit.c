@@ -114,7 +114,7 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   TplVar v[] = {
     {"name", p->name}, {"collective", coll_name(p->coll)}, {"ranks", num[0]},
     {"placement", pl->opt.inplace ? "in-place" : "out-of-place"}, {"tasks", num[1]}, {"subpipelines", num[2]},
-    {"tbs", num[3]}, {"tb_policy", pl->opt.tb == TB_STATE ? "state-based" : "connection-based"},
+    {"tbs", num[3]}, {"tb_policy", tb_policy_name(pl->opt.tb)},
     {"flags", num[4]}, {"source", src}, {"prims", prims}, {"body", body.s},
   };
   rcStatus rc = tpl_fill(out, "program.c.tpl", tpl_text("program.c.tpl"), v, (int)(sizeof v / sizeof *v), e);

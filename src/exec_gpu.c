@@ -89,7 +89,8 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   const Program *p = pl->prog;
   int R = p->nranks;
   memset(res, 0, sizeof *res);
-  RC_CHECK(exec_check_sizes(pl, o, e));
+  ExecOpts oo = *o;
+  RC_CHECK(exec_check_sizes(pl, &oo, e));
   char dir[] = "/tmp/resccl-gpu-XXXXXX";
   if (!mkdtemp(dir)) return err_set(e, RC_EEXEC, "cannot create a temporary directory");
   void *dl = NULL;
@@ -104,7 +105,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
     dlclose(dl);
     return err_set(e, RC_EEXEC, "the emitted CUDA program has no driver");
   }
-  RxGpuJob job = {.nranks = R, .ndev = g->ndev, .chunks = p->chunks, .nmicro = o->nmicro, .nslots = o->nslots,
+  RxGpuJob job = {.nranks = R, .ndev = g->ndev, .chunks = p->chunks, .nmicro = o->nmicro, .nslots = oo.nslots,
                   .dtype = o->dtype, .op = o->op, .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters,
                   .nchan = g->nchan > 0 ? g->nchan : 1,
                   .count = o->count, .esize = dtype_size[o->dtype],

@@ -51,8 +51,7 @@ static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
   lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
-  lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
   lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
@@ -63,6 +62,7 @@ static int l_plan_report(lua_State *L) {
   if (pl->reached > ST_LOWER) l_setint(L, "primitives", pl->np), l_setint(L, "connections", pl->nconn);
   if (pl->reached > ST_TB) {
     l_setint(L, "tbs_total", pl->ntbs);
+    lua_pushboolean(L, pl->buffered), lua_setfield(L, -2, "buffered");
     l_setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
     l_setint(L, "flags", pl->nflags);
     lua_createtable(L, pl->prog->nranks, 0);
@@ -137,7 +137,7 @@ static int l_plan_exec(lua_State *L) {
   lua_getfield(L, 2, "nmicro");
   o.nmicro = (int)luaL_optinteger(L, -1, 4);
   lua_getfield(L, 2, "slots");
-  o.nslots = (int)luaL_optinteger(L, -1, 2);
+  o.nslots = (int)luaL_optinteger(L, -1, 0);
   lua_getfield(L, 2, "slot_bytes");
   o.slot_bytes = (size_t)luaL_optinteger(L, -1, 256);
   lua_getfield(L, 2, "timeout_ms");
@@ -216,7 +216,7 @@ static int l_plan_tostring(lua_State *L) {
                                               pl->opt.sched == SK_HPDS ? "hpds" : "rr");
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
+                                           tb_policy_name(pl->opt.tb));
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);

@@ -439,6 +439,8 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
       o->slowdown < 0 || o->slowdown >= 1)
     return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
                                  "slowdown in [0, 1)");
+  if (pl->buffered && o->depth < 2)
+    return err_set(e, RC_EINVAL, "hand-placed TBs need connections that buffer two tiles: simulate with depth >= 2");
   const Program *prog = pl->prog;
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;

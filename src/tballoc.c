@@ -210,5 +210,6 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   for (int i = 0; i < np; i++)
     for (int j = pl->p[i].wait_off; j < pl->p[i].wait_off + pl->p[i].nwaits; j++)
       if (pl->p[pl->wait[j]].flag < 0) pl->p[pl->wait[j]].flag = pl->nflags++;
+  pl->buffered = pol == TB_MANUAL;
   return RC_OK;
 }

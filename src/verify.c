@@ -8,8 +8,10 @@
 ** 2. Connection order: both ends of a connection see its tasks in one order.
 ** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
 **    with FIFOs too small to hold a tile (the tightest buffering there is), so
-**    a plan that passes cannot block at any buffer size. If they stop short,
-**    follow who-waits-for-whom to a cycle and name its TBs and primitives.
+**    a plan that passes cannot block at any buffer size; a buffered plan
+**    (Plan.buffered) with FIFOs of two tiles, which executors then guarantee.
+**    If they stop short, follow who-waits-for-whom to a cycle and name its
+**    TBs and primitives.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,14 +372,23 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 }
 
 /*
-** Hand-placed plans (an imported file's own TBs) assume what MSCCL's runtime
+** Buffered plans (an imported file's own TBs) assume what MSCCL's runtime
 ** guarantees: a connection's buffer holds two steps (NCCL_STEPS slots of which
 ** a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it without
 ** their receiver. Each TB steps while it can: its flags are set, its input
-** tile has arrived, its output FIFO has room. Executors refuse a manual plan
-** whose FIFOs would hold less (exec_check_sizes).
+** tile has arrived, its output FIFO has room. Executors refuse such a plan
+** when its FIFOs would hold less (exec_check_sizes).
+**
+** Why that suffices at the executors' granularity, where a tile streams
+** through in slots: the TBs and connections form a Kahn network (blocking
+** reads and writes, one reader and one writer per FIFO, flags that only
+** grow), so whether it completes does not depend on timing. One complete
+** run is enough: replay this model's steps one at a time, each primitive
+** moving its whole tile alone. A step starts with its input tile in the FIFO
+** and at most one tile in its output FIFO, so with room for two tiles it
+** never blocks.
 */
-#define MANUAL_DEPTH 2
+#define BUFFERED_DEPTH 2
 enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
 
 /* The TB a blocked TB waits for: the flag's owner, the connection's sender
@@ -413,7 +424,7 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
           why[b] = RES_DATA, on[b] = p->cin;
           break;
         }
-        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= MANUAL_DEPTH) {
+        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_DEPTH) {
           why[b] = RES_SPACE, on[b] = p->cout;
           break;
         }
@@ -471,7 +482,7 @@ rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
   int marked;
-  if (pl->opt.tb == TB_MANUAL) RC_CHECK(deadlock_buffered(pl, 3, e));
+  if (pl->buffered) RC_CHECK(deadlock_buffered(pl, 3, e));
   else RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;

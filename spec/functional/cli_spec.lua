@@ -130,8 +130,8 @@ describe("bad input", function()
     code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "slots=1",
       "slot_bytes=64" }
     assert.equal(1, code)
-    assert.matches("exec%s+FAILED: a hand%-placed plan needs FIFOs of two tiles: 1024 elements per tile, 16 per " ..
-      "FIFO %(raise slots or slot_bytes, or nmicro%)", out)
+    assert.matches("exec%s+FAILED: hand%-placed TBs need FIFOs of two tiles: a tile of 1025 elements fills 65 " ..
+      "slots of 16, a FIFO has 1 %(raise slots or slot_bytes, or nmicro%)", out)
   end)
 
   it("refuses manual placement when a transfer has none", function()
