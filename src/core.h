@@ -339,6 +339,14 @@ rcStatus verify_run(Plan *pl, Err *e);
    `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
    stuck, and returns how many it newly marked through *nmarked. */
 rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
+/* The same with connections that buffer two tiles each (Plan.buffered). On a
+   deadlock, marks in `cycle` (per TB, may be NULL) the TBs of every cycle of
+   blocked TBs. */
+rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
+/* Micro-batches a buffered plan is checked over when compiled. Its deadlocks
+   can need TBs to drift apart over many micro-batches first; executors check
+   the count they run. */
+#define BUFFERED_MICRO 64
 
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
@@ -444,8 +452,8 @@ typedef struct {
 
 rcStatus exec_host(const Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
 /* The options make sense, a buffered plan's FIFOs hold two tiles (nslots 0
-   is set to what it needs), and both ends of every transfer move the same
-   number of elements at this count. */
+   is set to what it needs) and it completes over nmicro micro-batches, and
+   both ends of every transfer move the same number of elements at this count. */
 rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e);
 
 /* ------------------------------------------------------------ exec_gpu.c */

@@ -43,6 +43,10 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
       rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
       if (2 * ((n + per - 1) / per) > need) need = 2 * ((n + per - 1) / per), tile = n;
     }
+  Err dl;
+  if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
+    return err_set(e, RC_EDEADLOCK, "%s (with %d micro-batches; compiled plans are checked with %d)", dl.msg, o->nmicro,
+                   BUFFERED_MICRO);
   if (o->nslots == 0) o->nslots = need > 2 ? (int)need : 2;
   if ((size_t)o->nslots < need)
     return err_set(e, RC_ESIZE, "hand-placed TBs need FIFOs of two tiles: a tile of %zu elements fills %zu slots of "

@@ -400,40 +400,47 @@ static int blocker(const Plan *pl, int why, int on) {
   return -1;
 }
 
-static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
-  int nt = pl->ntbs, nc = pl->nconn;
+/* Resources a TB blocks on: a primitive's flag (its id), a connection's data
+   (np + c), a connection's space (np + nc + c). Wake whoever waits on r. */
+static void wake_all(Sim *s, int r) {
+  for (int b = s->head[r], nx; b >= 0; b = nx) nx = s->next[b], enqueue(s, b);
+  s->head[r] = -1;
+}
+
+rcStatus verify_buffered(const Plan *pl, int M, char *cycle, Err *e) {
+  int nt = pl->ntbs, nc = pl->nconn, np = pl->np;
   Sim s = {.pl = pl, .M = M};
   s.cur = xcalloc((size_t)nt + 1, sizeof(int));
   s.m = xcalloc((size_t)nt + 1, sizeof(int));
-  s.done = xcalloc((size_t)pl->np + 1, sizeof(int));
+  s.done = xcalloc((size_t)np + 1, sizeof(int));
+  s.head = xmalloc(((size_t)np + 2 * nc + 1) * sizeof(int));
+  s.next = xmalloc(((size_t)nt + 1) * sizeof(int));
+  s.queue = xmalloc(((size_t)nt + 1) * sizeof(int));
+  s.inq = xcalloc((size_t)nt + 1, 1);
+  memset(s.head, 0xff, ((size_t)np + 2 * nc + 1) * sizeof(int));
   int *pushed = xcalloc((size_t)nc + 1, sizeof(int)), *popped = xcalloc((size_t)nc + 1, sizeof(int));
   int *why = xmalloc(((size_t)nt + 1) * sizeof(int)), *on = xmalloc(((size_t)nt + 1) * sizeof(int));
-  for (int progress = 1; progress;) {
-    progress = 0;
-    for (int b = 0; b < nt; b++)
-      while (!finished(pl, &s, b)) {
-        int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
-        const Prim *p = &pl->p[pi];
-        for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-          if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
-        if (w >= 0) {
-          why[b] = RES_FLAG, on[b] = w;
-          break;
-        }
-        if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) {
-          why[b] = RES_DATA, on[b] = p->cin;
-          break;
-        }
-        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_DEPTH) {
-          why[b] = RES_SPACE, on[b] = p->cout;
-          break;
-        }
-        if (p->cin >= 0) popped[p->cin]++;
-        if (p->cout >= 0) pushed[p->cout]++;
-        s.done[pi] = m + 1;
-        advance(pl, &s, b);
-        progress = 1;
-      }
+  for (int b = 0; b < nt; b++) enqueue(&s, b);
+  while (s.qn > 0) {
+    int b = s.queue[--s.qn], res = -1;
+    s.inq[b] = 0;
+    while (!finished(pl, &s, b)) {
+      int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
+      const Prim *p = &pl->p[pi];
+      for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
+        if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
+      if (w >= 0) why[b] = RES_FLAG, on[b] = w, res = w;
+      else if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) why[b] = RES_DATA, on[b] = p->cin, res = np + p->cin;
+      else if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_DEPTH)
+        why[b] = RES_SPACE, on[b] = p->cout, res = np + nc + p->cout;
+      if (res >= 0) break;
+      if (p->cin >= 0) popped[p->cin]++, wake_all(&s, np + nc + p->cin);
+      if (p->cout >= 0) pushed[p->cout]++, wake_all(&s, np + p->cout);
+      s.done[pi] = m + 1;
+      wake_all(&s, pi);
+      advance(pl, &s, b);
+    }
+    if (res >= 0) s.next[b] = s.head[res], s.head[res] = b;
   }
   rcStatus rc = RC_OK;
   int b = 0;
@@ -472,9 +479,23 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
     } while (to != start);
     rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
     buf_free(&msg);
+    /* Each blocked TB waits for one other: mark every cycle, not only the one described
+       (seen: 1 on the walk from a, 2 walked before). */
+    memset(seen, 0, (size_t)nt + 1);
+    for (int a = 0; a < nt && cycle; a++) {
+      int c = a;
+      while (c >= 0 && !finished(pl, &s, c) && !seen[c]) seen[c] = 1, c = blocker(pl, why[c], on[c]);
+      if (c >= 0 && seen[c] == 1) {
+        int d = c;
+        do cycle[d] = 1, d = blocker(pl, why[d], on[d]);
+        while (d != c);
+      }
+      for (c = a; c >= 0 && seen[c] == 1; c = blocker(pl, why[c], on[c])) seen[c] = 2;
+    }
     free(seen);
   }
-  free(s.cur), free(s.m), free(s.done), free(pushed), free(popped), free(why), free(on);
+  free(s.cur), free(s.m), free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
+  free(pushed), free(popped), free(why), free(on);
   return rc;
 }
 
@@ -482,7 +503,7 @@ rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
   int marked;
-  if (pl->buffered) RC_CHECK(deadlock_buffered(pl, 3, e));
+  if (pl->buffered) RC_CHECK(verify_buffered(pl, BUFFERED_MICRO, NULL, e));
   else RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;
