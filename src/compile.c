@@ -19,7 +19,7 @@ int stage_parse(const char *s) {
 }
 
 const char *tb_policy_name(TbPolicy t) {
-  static const char *const names[] = {"state", "conn", "manual"};
+  static const char *const names[] = {"state", "conn", "manual", "merge"};
   return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
 }
 

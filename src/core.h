@@ -265,6 +265,7 @@ typedef struct {
 */
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
+  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -274,7 +275,9 @@ typedef struct {
 
 /* -------------------------------------------------------------- compile.c */
 
-typedef enum { TB_STATE, TB_CONN, TB_MANUAL } TbPolicy;
+/* Merge: state-based, then a rank's TBs merged pairwise where connections
+   that buffer two tiles keep the plan deadlock-free (tballoc.c). */
+typedef enum { TB_STATE, TB_CONN, TB_MANUAL, TB_MERGE } TbPolicy;
 /* Task-level: a TB runs each primitive over every micro-batch before the next
    (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
 typedef enum { EX_TASK, EX_ALGO } ExecOrder;
@@ -315,8 +318,8 @@ typedef struct {
   int *tb_base;          /* per rank: index of its first TB */
   int *tb_prims;
   int ntbs;
-  int buffered;          /* 1: deadlock-free only if every connection buffers two tiles (hand-placed
-                            TBs); executors refuse smaller FIFOs */
+  int buffered;          /* 1: deadlock-free only if every connection buffers two tiles (hand-placed or
+                            merged TBs); executors refuse smaller FIFOs */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
@@ -334,6 +337,11 @@ const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 
 rcStatus lower_run(Plan *pl, Err *e);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+/* The position after primitive k of TB b's program in micro-batch m, run in
+   `order`: the next primitive of its loop, the loop's first in the next
+   micro-batch, or the next loop's first (m back to 0); k reaches the
+   program's length when the TB is done. */
+void tb_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
 rcStatus verify_run(Plan *pl, Err *e);
 /* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
    `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
@@ -344,8 +352,8 @@ rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked,
    blocked TBs. */
 rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
 /* Micro-batches a buffered plan is checked over when compiled. Its deadlocks
-   can need TBs to drift apart over many micro-batches first; executors check
-   the count they run. */
+   can need TBs to drift apart over many micro-batches first (up to 23 in the
+   shipped algorithms' merged plans); executors check the count they run. */
 #define BUFFERED_MICRO 64
 
 /* Stable text dumps, the golden-test hooks. */

@@ -113,7 +113,7 @@ static void dump_tb(const Plan *pl, Buf *b) {
       buf_printf(b, "r%d tb%d:\n", r, t);
       for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) {
         const Prim *p = &pl->p[pl->tb_prims[k]];
-        buf_puts(b, "  ");
+        buf_puts(b, p->join ? "  + " : "  "); /* "+": in the previous primitive's micro-batch loop */
         prim_line(b, pl, p);
         if (p->flag >= 0) buf_printf(b, " posts=f%d", p->flag);
         buf_puts(b, "\n");

@@ -49,8 +49,9 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
                    BUFFERED_MICRO);
   if (o->nslots == 0) o->nslots = need > 2 ? (int)need : 2;
   if ((size_t)o->nslots < need)
-    return err_set(e, RC_ESIZE, "hand-placed TBs need FIFOs of two tiles: a tile of %zu elements fills %zu slots of "
-                   "%zu, a FIFO has %d (raise slots or slot_bytes, or nmicro)", tile, need / 2, per, o->nslots);
+    return err_set(e, RC_ESIZE, "%s TBs need FIFOs of two tiles: a tile of %zu elements fills %zu slots of %zu, "
+                   "a FIFO has %d (raise slots or slot_bytes, or nmicro)",
+                   pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged", tile, need / 2, per, o->nslots);
   for (int t = 0; t < pl->dag.n; t++) {
     const Task *k = &pl->dag.t[t];
     if (!same_size(&run, k->sidx, k->didx, k->cnt)) {

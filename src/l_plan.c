@@ -18,7 +18,7 @@ typedef struct {
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", NULL};
+  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
   static const char *const orders[] = {"task", "algorithm", NULL};
   static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
   static const char *const fuses[] = {"never", "auto", "always", NULL};
@@ -162,10 +162,11 @@ static int l_plan_exec(lua_State *L) {
 ** plan:tbs() -> { [rank+1] = { [tb+1] = { prim, ... } } }, read-only: every
 ** TB's primitives in program order, each a table
 **   { id, kind, send_peer, recv_peer, rbuf, ridx, ubuf, uidx, wbuf, widx, cnt,
-**     waits = { id, ... }, flag, slot, pos }
+**     waits = { id, ... }, flag, slot, pos, join }
 ** with id the primitive's plan-wide index (from 0), peers -1 when absent and
 ** waits the primitives of the same rank it waits for: it reads (rbuf, ridx),
-** reduces with the operand (ubuf, uidx), writes (wbuf, widx). For exporters.
+** reduces with the operand (ubuf, uidx), writes (wbuf, widx); join: it runs
+** in the previous primitive's micro-batch loop (merged TBs). For exporters.
 */
 static int l_plan_tbs(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
@@ -195,6 +196,7 @@ static int l_plan_tbs(lua_State *L) {
         l_setint(L, "flag", q->flag);
         l_setint(L, "slot", q->slot);
         l_setint(L, "pos", q->pos);
+        lua_pushboolean(L, q->join), lua_setfield(L, -2, "join");
         lua_createtable(L, q->nwaits, 0);
         for (int w = 0; w < q->nwaits; w++) lua_pushinteger(L, pl->wait[q->wait_off + w]), lua_rawseti(L, -2, w + 1);
         lua_setfield(L, -2, "waits");

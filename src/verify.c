@@ -200,19 +200,11 @@ static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off
 
 static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
 
-/* Has TB b run its whole program, in its execution order? */
-static int finished(const Plan *pl, const Sim *s, int b) {
-  return tb_len(pl, b) == 0 || (pl->opt.order == EX_ALGO ? s->m[b] >= s->M : s->cur[b] >= tb_len(pl, b));
-}
+/* Has TB b run its whole program? */
+static int finished(const Plan *pl, const Sim *s, int b) { return s->cur[b] >= tb_len(pl, b); }
 
 /* Step TB b past its current (primitive, micro-batch). */
-static void advance(const Plan *pl, Sim *s, int b) {
-  if (pl->opt.order == EX_ALGO) {
-    if (++s->cur[b] == tb_len(pl, b)) s->cur[b] = 0, s->m[b]++;
-  } else if (++s->m[b] == s->M) {
-    s->m[b] = 0, s->cur[b]++;
-  }
-}
+static void advance(const Plan *pl, Sim *s, int b) { tb_step(pl, b, pl->opt.order, &s->cur[b], &s->m[b], s->M); }
 
 static void enqueue(Sim *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
@@ -372,12 +364,12 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 }
 
 /*
-** Buffered plans (an imported file's own TBs) assume what MSCCL's runtime
-** guarantees: a connection's buffer holds two steps (NCCL_STEPS slots of which
-** a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it without
-** their receiver. Each TB steps while it can: its flags are set, its input
-** tile has arrived, its output FIFO has room. Executors refuse such a plan
-** when its FIFOs would hold less (exec_check_sizes).
+** Buffered plans (an imported file's own TBs, merged TBs) assume what MSCCL's
+** runtime guarantees: a connection's buffer holds two steps (NCCL_STEPS slots
+** of which a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it
+** without their receiver. Each TB steps while it can: its flags are set, its
+** input tile has arrived, its output FIFO has room. Executors refuse such a
+** plan when its FIFOs would hold less (exec_check_sizes).
 **
 ** Why that suffices at the executors' granularity, where a tile streams
 ** through in slots: the TBs and connections form a Kahn network (blocking
