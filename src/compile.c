@@ -18,6 +18,11 @@ int stage_parse(const char *s) {
   return -1;
 }
 
+const char *tb_policy_name(TbPolicy t) {
+  static const char *const names[] = {"state", "conn", "manual", "merge"};
+  return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
+}
+
 static void unlower(Plan *pl);
 
 #define STAGE(st, call)                         \

@@ -266,6 +266,7 @@ typedef struct {
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
   uint8_t direct; /* a send that writes straight into the receiver's buffer, and its receive */
+  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -275,11 +276,9 @@ typedef struct {
 
 /* -------------------------------------------------------------- compile.c */
 
-typedef enum { TB_STATE, TB_CONN, TB_MANUAL } TbPolicy;
-/* Hand-placed plans (an imported file's own TBs) rely on MSCCL's buffering:
-   a connection holds two tiles. The verifier checks them with it; the
-   executors and the simulator refuse FIFOs that hold less. */
-#define MANUAL_FIFO_TILES 2
+/* Merge: state-based, then a rank's TBs merged pairwise where connections
+   that buffer two tiles keep the plan deadlock-free (tballoc.c). */
+typedef enum { TB_STATE, TB_CONN, TB_MANUAL, TB_MERGE } TbPolicy;
 /* Task-level: a TB runs each primitive over every micro-batch before the next
    (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
 typedef enum { EX_TASK, EX_ALGO } ExecOrder;
@@ -321,6 +320,8 @@ typedef struct {
   int *tb_base;          /* per rank: index of its first TB */
   int *tb_prims;
   int ntbs;
+  int buffered;          /* 1: deadlock-free only if every connection buffers two tiles (hand-placed or
+                            merged TBs); executors refuse smaller FIFOs */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
@@ -334,17 +335,31 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
 void plan_free(Plan *pl);
 const char *stage_name(int s);
 int stage_parse(const char *s);
+const char *tb_policy_name(TbPolicy t);
 int plan_tbs_max(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 
 rcStatus lower_run(Plan *pl, Err *e);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+/* The position after primitive k of TB b's program in micro-batch m, run in
+   `order`: the next primitive of its loop, the loop's first in the next
+   micro-batch, or the next loop's first (m back to 0); k reaches the
+   program's length when the TB is done. */
+void tb_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
 rcStatus verify_run(Plan *pl, Err *e);
 /* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
    `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
    stuck, and returns how many it newly marked through *nmarked. */
 rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
+/* The same with connections that buffer two tiles each (Plan.buffered). On a
+   deadlock, marks in `cycle` (per TB, may be NULL) the TBs of every cycle of
+   blocked TBs. */
+rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
+/* Micro-batches a buffered plan is checked over when compiled. Its deadlocks
+   can need TBs to drift apart over many micro-batches first (up to 23 in the
+   shipped algorithms' merged plans); executors check the count they run. */
+#define BUFFERED_MICRO 64
 
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
@@ -453,7 +468,7 @@ typedef struct {
   RedOp op;
   size_t count;      /* elements per block (NCCL's count for the collective) */
   int nmicro;        /* micro-batches */
-  int nslots;        /* FIFO slots per connection */
+  int nslots;        /* FIFO slots per connection; 0: two, or for a buffered plan the fewest that hold two tiles */
   size_t slot_bytes; /* bytes per FIFO slot */
   int timeout_ms;    /* no progress for this long = stuck */
   const char *cc;    /* C compiler, default $CC or "cc" */
@@ -471,9 +486,10 @@ typedef struct {
 rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
 void exec_host_unload(Plan *pl);
 /* The options make sense (avg: every reduction completes all of its chunks
-   or none), and both ends of every transfer move the same number of
-   elements at this count. */
-rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e);
+   or none), a buffered plan's FIFOs hold two tiles (nslots 0 is set to what
+   it needs) and it completes over nmicro micro-batches, and both ends of
+   every transfer move the same number of elements at this count. */
+rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e);
 
 /* ------------------------------------------------------------ exec_gpu.c */
 

@@ -105,16 +105,15 @@ static void dump_lower(const Plan *pl, Buf *b) {
 }
 
 static void dump_tb(const Plan *pl, Buf *b) {
-  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s\n",
-             pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual", pl->ntbs, plan_tbs_max(pl),
-             pl->opt.order == EX_ALGO ? ", algorithm-level" : "");
+  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s%s\n", tb_policy_name(pl->opt.tb), pl->ntbs, plan_tbs_max(pl),
+             pl->opt.order == EX_ALGO ? ", algorithm-level" : "", pl->buffered ? ", buffered FIFOs" : "");
   for (int r = 0; r < pl->prog->nranks; r++)
     for (int t = 0; t < pl->ntb[r]; t++) {
       int g = pl->tb_base[r] + t;
       buf_printf(b, "r%d tb%d:\n", r, t);
       for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) {
         const Prim *p = &pl->p[pl->tb_prims[k]];
-        buf_puts(b, "  ");
+        buf_puts(b, p->join ? "  + " : "  "); /* "+": in the previous primitive's micro-batch loop */
         prim_line(b, pl, p);
         if (p->flag >= 0) buf_printf(b, " posts=f%d", p->flag);
         buf_puts(b, "\n");

@@ -32,15 +32,15 @@ static void call(Buf *b, const char *name, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* One pipeline entry; `loop` wraps it in its own micro-batch loop (task-level).
-   A reduction's last argument says whether it completes its values, where
-   avg divides (see core.h). */
-static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
+/* One pipeline entry. Task-level, each primitive has its own micro-batch loop,
+   except that merged TBs run a group of them in one: `open` starts a loop
+   before it, `close` ends one after it, `group` says the loop holds others. */
+static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf *b) {
   const Prim *p = &pl->p[i];
   const Program *pg = pl->prog;
   int t = p->tin >= 0 ? p->tin : p->tout, done = pl->complete[t] == pl->dag.t[t].cnt;
   Src at = pg->xf[pl->dag.t[t].xf].at;
-  buf_puts(b, "  /* sub-pipeline ");
+  buf_puts(b, group && !open ? "    /* sub-pipeline " : "  /* sub-pipeline ");
   buf_int(b, p->slot);
   buf_puts(b, ", task ");
   buf_int(b, t);
@@ -50,9 +50,11 @@ static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
   buf_puts(b, at.file >= 0 && at.file < pg->nfiles ? pg->files[at.file] : pg->name);
   buf_puts(b, ":");
   buf_int(b, at.line);
-  buf_puts(b, ") */\n  RX_AT(");
+  buf_puts(b, ") */\n");
+  if (open && group) buf_puts(b, "  RX_FOR_M {\n");
+  buf_puts(b, group ? "    RX_AT(" : "  RX_AT(");
   buf_int(b, i);
-  buf_puts(b, loop ? ");\n  RX_FOR_M {\n" : ");\n");
+  buf_puts(b, open && !group ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
   switch (p->kind) {
@@ -78,7 +80,7 @@ static void emit_prim(const Plan *pl, int i, int loop, Buf *b) {
     break;
   }
   if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
-  if (loop) buf_puts(b, "  }\n");
+  if (close) buf_puts(b, "  }\n");
 }
 
 void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
@@ -88,7 +90,10 @@ void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
     int algo = pl->opt.order == EX_ALGO;
     buf_printf(b, "\nRX_TB(%d, %d) {\n", r, t);
     if (algo) buf_puts(b, "  RX_FOR_M { /* algorithm-level: the whole list, once per micro-batch */\n");
-    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) emit_prim(pl, pl->tb_prims[k], !algo, b);
+    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) {
+      int join = pl->p[pl->tb_prims[k]].join, next = k + 1 < pl->tb_off[g + 1] && pl->p[pl->tb_prims[k + 1]].join;
+      emit_prim(pl, pl->tb_prims[k], !algo && !join, !algo && !next, !algo && (join || next), b);
+    }
     buf_puts(b, algo ? "  }\n}\n" : "}\n");
   }
   buf_printf(b, "\nRX_RANK_BEGIN(%d)\n", r);
@@ -134,7 +139,7 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   TplVar v[] = {
     {"name", p->name}, {"collective", coll_name(p->coll)}, {"ranks", num[0]},
     {"placement", pl->opt.inplace ? "in-place" : "out-of-place"}, {"tasks", num[1]}, {"subpipelines", num[2]},
-    {"tbs", num[3]}, {"tb_policy", pl->opt.tb == TB_STATE ? "state-based" : "connection-based"},
+    {"tbs", num[3]}, {"tb_policy", tb_policy_name(pl->opt.tb)},
     {"flags", num[4]}, {"source", src}, {"prims", prims.s}, {"body", body.s},
   };
   rcStatus rc = tpl_fill(out, "program.c.tpl", tpl_text("program.c.tpl"), v, (int)(sizeof v / sizeof *v), e);

@@ -45,7 +45,8 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   const Program *p = pl->prog;
   int R = p->nranks;
   memset(res, 0, sizeof *res);
-  RC_CHECK(exec_check_sizes(pl, o, e));
+  ExecOpts oo = *o; /* a buffered plan's slot count is set here */
+  RC_CHECK(exec_check_sizes(pl, &oo, e));
   char why[600];
   void *dl = open_runtime(why, sizeof why);
   if (!dl) return err_set(e, RC_EEXEC, "no GPU runtime: %s", why);
@@ -64,7 +65,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   buf_free(&art);
   RxGpuJob job = {.plan_path = path, .collective = coll_name(p->coll), .inplace = pl->opt.inplace, .nranks = R,
                   .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
-                  .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = o->nslots,
+                  .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = oo.nslots,
                   .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = g->nchan > 0 ? g->nchan : 1,
                   /* the runtime's smallest slot: 4 KiB, whole 16-byte vectors */
                   .slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16,

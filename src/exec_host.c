@@ -29,10 +29,10 @@ static int same_size(const RxRun *run, int sidx, int didx, int cnt) {
   return 1;
 }
 
-rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
+rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to execute", pl->prog->name);
   if (o->count == 0) return err_set(e, RC_ESIZE, "count must be at least 1");
-  if (o->nmicro < 1 || o->nslots < 1 || o->slot_bytes < dtype_size[o->dtype])
+  if (o->nmicro < 1 || o->nslots < 0 || o->slot_bytes < dtype_size[o->dtype])
     return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
   for (int t = 0; o->op == RED_AVG && t < pl->dag.n; t++)
     if (pl->complete[t] > 0 && pl->complete[t] < pl->dag.t[t].cnt) {
@@ -42,16 +42,24 @@ rcStatus exec_check_sizes(const Plan *pl, const ExecOpts *o, Err *e) {
                      plan_task_where(pl, t, at, sizeof at), pl->complete[t], pl->dag.t[t].cnt);
     }
   RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count};
-  /* A hand-placed plan was verified with FIFOs that hold two tiles (verify.c). */
-  size_t es = dtype_size[o->dtype], fifo = o->nslots * (o->slot_bytes / es);
-  for (int t = 0; t < pl->dag.n && pl->opt.tb == TB_MANUAL; t++)
-    for (int m = 0; m < o->nmicro; m++) {
+  /* A buffered plan was verified with FIFOs that hold two tiles (verify.c); a
+     tile streams through in slots, its last one maybe part full. */
+  size_t per = o->slot_bytes / dtype_size[o->dtype], need = 0, tile = 0;
+  for (int t = 0; t < pl->dag.n && pl->buffered; t++)
+    for (int m = 0; m < o->nmicro && pl->dag.t[t].src != pl->dag.t[t].dst; m++) {
       size_t lo, n;
       rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
-      if (MANUAL_FIFO_TILES * n > fifo)
-        return err_set(e, RC_ESIZE, "a hand-placed plan needs FIFOs of two tiles: %zu elements per tile, %zu per FIFO "
-                       "(raise slots or slot_bytes, or nmicro)", n, fifo);
+      if (2 * ((n + per - 1) / per) > need) need = 2 * ((n + per - 1) / per), tile = n;
     }
+  Err dl;
+  if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
+    return err_set(e, RC_EDEADLOCK, "%s (with %d micro-batches; compiled plans are checked with %d)", dl.msg, o->nmicro,
+                   BUFFERED_MICRO);
+  if (o->nslots == 0) o->nslots = need > 2 ? (int)need : 2;
+  if ((size_t)o->nslots < need)
+    return err_set(e, RC_ESIZE, "%s TBs need FIFOs of two tiles: a tile of %zu elements fills %zu slots of %zu, "
+                   "a FIFO has %d (raise slots or slot_bytes, or nmicro)",
+                   pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged", tile, need / 2, per, o->nslots);
   for (int t = 0; t < pl->dag.n; t++) {
     const Task *k = &pl->dag.t[t];
     if (!same_size(&run, k->sidx, k->didx, k->cnt)) {
@@ -177,10 +185,11 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   int R = p->nranks, C = p->chunks;
   size_t N = o->count, es = dtype_size[o->dtype];
   memset(res, 0, sizeof *res);
-  RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = o->nslots, .count = N, .esize = es,
+  ExecOpts oo = *o;
+  RC_CHECK(exec_check_sizes(pl, &oo, e));
+  RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = oo.nslots, .count = N, .esize = es,
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
                .reduce = data_reducer(o->dtype, o->op), .post = data_post(o->dtype, o->op)};
-  RC_CHECK(exec_check_sizes(pl, o, e));
   RC_CHECK(program(pl, o, e));
   const RxRank *prog = dlsym(pl->host_so, "rx_program");
   const int *nr = dlsym(pl->host_so, "rx_nranks");

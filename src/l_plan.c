@@ -19,7 +19,7 @@ typedef struct {
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", NULL};
+  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
   static const char *const orders[] = {"task", "algorithm", NULL};
   static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
   static const char *const fuses[] = {"never", "auto", "always", NULL};
@@ -52,8 +52,7 @@ static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
   lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
-  lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
   lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
@@ -64,6 +63,7 @@ static int l_plan_report(lua_State *L) {
   if (pl->reached > ST_LOWER) l_setint(L, "primitives", pl->np), l_setint(L, "connections", pl->nconn);
   if (pl->reached > ST_TB) {
     l_setint(L, "tbs_total", pl->ntbs);
+    lua_pushboolean(L, pl->buffered), lua_setfield(L, -2, "buffered");
     l_setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
     l_setint(L, "flags", pl->nflags);
     lua_createtable(L, pl->prog->nranks, 0);
@@ -198,7 +198,7 @@ static int l_plan_exec(lua_State *L) {
   lua_getfield(L, 2, "nmicro");
   o.nmicro = (int)luaL_optinteger(L, -1, 4);
   lua_getfield(L, 2, "slots");
-  o.nslots = (int)luaL_optinteger(L, -1, 2);
+  o.nslots = (int)luaL_optinteger(L, -1, 0);
   lua_getfield(L, 2, "slot_bytes");
   o.slot_bytes = (size_t)luaL_optinteger(L, -1, 256);
   lua_getfield(L, 2, "timeout_ms");
@@ -223,10 +223,11 @@ static int l_plan_exec(lua_State *L) {
 ** plan:tbs() -> { [rank+1] = { [tb+1] = { prim, ... } } }, read-only: every
 ** TB's primitives in program order, each a table
 **   { id, kind, send_peer, recv_peer, rbuf, ridx, ubuf, uidx, wbuf, widx, cnt,
-**     waits = { id, ... }, flag, slot, pos }
+**     waits = { id, ... }, flag, slot, pos, join }
 ** with id the primitive's plan-wide index (from 0), peers -1 when absent and
 ** waits the primitives of the same rank it waits for: it reads (rbuf, ridx),
-** reduces with the operand (ubuf, uidx), writes (wbuf, widx). For exporters.
+** reduces with the operand (ubuf, uidx), writes (wbuf, widx); join: it runs
+** in the previous primitive's micro-batch loop (merged TBs). For exporters.
 */
 static int l_plan_tbs(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
@@ -256,6 +257,7 @@ static int l_plan_tbs(lua_State *L) {
         l_setint(L, "flag", q->flag);
         l_setint(L, "slot", q->slot);
         l_setint(L, "pos", q->pos);
+        lua_pushboolean(L, q->join), lua_setfield(L, -2, "join");
         lua_createtable(L, q->nwaits, 0);
         for (int w = 0; w < q->nwaits; w++) lua_pushinteger(L, pl->wait[q->wait_off + w]), lua_rawseti(L, -2, w + 1);
         lua_setfield(L, -2, "waits");
@@ -277,7 +279,7 @@ static int l_plan_tostring(lua_State *L) {
                                               pl->opt.sched == SK_HPDS ? "hpds" : "rr");
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           pl->opt.tb == TB_STATE ? "state" : pl->opt.tb == TB_CONN ? "conn" : "manual");
+                                           tb_policy_name(pl->opt.tb));
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);

@@ -248,7 +248,9 @@ static int tb_len(const Sim *s, int g) {
   return s->pl->tb_off[b + 1] - s->pl->tb_off[b];
 }
 
-/* Which tile of its connection a task's micro-batch m is. */
+/* Which tile of its connection a task's micro-batch m is. A merged TB's loop
+   holds one primitive per connection at most, so task-level a connection
+   still carries each task's tiles one after another. */
 static int tile_index(const Sim *s, int task, int conn, int m) {
   return s->pl->opt.order == EX_TASK ? s->ord[task] * s->M + m : m * s->ntask[conn] + s->ord[task];
 }
@@ -351,12 +353,7 @@ static void tb_finish(Sim *s, int g, double now) {
   }
   s->done[k * s->NP + pi]++;
   wake(s, k * s->NP + pi);
-  if (s->pl->opt.order == EX_TASK) {
-    if (++s->mb[g] == s->M) s->mb[g] = 0, s->cur[g]++;
-  } else if (++s->cur[g] == tb_len(s, g)) {
-    s->cur[g] = 0;
-    if (++s->mb[g] == s->M) s->cur[g] = tb_len(s, g);
-  }
+  tb_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
   s->since[g] = now;
   if (s->cur[g] >= tb_len(s, g)) {
     s->state[g] = TS_DONE;
@@ -440,9 +437,9 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
       o->slowdown < 0 || o->slowdown >= 1)
     return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
                                  "slowdown in [0, 1)");
-  if (pl->opt.tb == TB_MANUAL && o->depth < MANUAL_FIFO_TILES)
-    return err_set(e, RC_EINVAL, "a hand-placed plan needs FIFOs of %d tiles (depth %d), as it was verified",
-                   MANUAL_FIFO_TILES, o->depth);
+  if (pl->buffered && o->depth < 2)
+    return err_set(e, RC_EINVAL, "%s TBs need connections that buffer two tiles: simulate with depth >= 2",
+                   pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged");
   const Program *prog = pl->prog;
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;

@@ -10,8 +10,10 @@
 ** 2. Connection order: both ends of a connection see its tasks in one order.
 ** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
 **    with FIFOs too small to hold a tile (the tightest buffering there is), so
-**    a plan that passes cannot block at any buffer size. If they stop short,
-**    follow who-waits-for-whom to a cycle and name its TBs and primitives.
+**    a plan that passes cannot block at any buffer size; a buffered plan
+**    (Plan.buffered) with FIFOs of two tiles, which executors then guarantee.
+**    If they stop short, follow who-waits-for-whom to a cycle and name its
+**    TBs and primitives.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,19 +205,11 @@ static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off
 
 static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
 
-/* Has TB b run its whole program, in its execution order? */
-static int finished(const Plan *pl, const Sim *s, int b) {
-  return tb_len(pl, b) == 0 || (pl->opt.order == EX_ALGO ? s->m[b] >= s->M : s->cur[b] >= tb_len(pl, b));
-}
+/* Has TB b run its whole program? */
+static int finished(const Plan *pl, const Sim *s, int b) { return s->cur[b] >= tb_len(pl, b); }
 
 /* Step TB b past its current (primitive, micro-batch). */
-static void advance(const Plan *pl, Sim *s, int b) {
-  if (pl->opt.order == EX_ALGO) {
-    if (++s->cur[b] == tb_len(pl, b)) s->cur[b] = 0, s->m[b]++;
-  } else if (++s->m[b] == s->M) {
-    s->m[b] = 0, s->cur[b]++;
-  }
-}
+static void advance(const Plan *pl, Sim *s, int b) { tb_step(pl, b, pl->opt.order, &s->cur[b], &s->m[b], s->M); }
 
 static void enqueue(Sim *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
@@ -375,13 +369,23 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 }
 
 /*
-** Hand-placed plans (an imported file's own TBs) assume what MSCCL's runtime
-** guarantees: a connection's buffer holds two steps (NCCL_STEPS slots of which
-** a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it without
-** their receiver: MANUAL_FIFO_TILES. Each TB steps while it can: its flags are
-** set, its input tile has arrived, its output FIFO has room. Executors and the
-** simulator refuse a manual plan whose FIFOs would hold less.
+** Buffered plans (an imported file's own TBs, merged TBs) assume what MSCCL's
+** runtime guarantees: a connection's buffer holds two steps (NCCL_STEPS slots
+** of which a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it
+** without their receiver. Each TB steps while it can: its flags are set, its
+** input tile has arrived, its output FIFO has room. Executors refuse such a
+** plan when its FIFOs would hold less (exec_check_sizes).
+**
+** Why that suffices at the executors' granularity, where a tile streams
+** through in slots: the TBs and connections form a Kahn network (blocking
+** reads and writes, one reader and one writer per FIFO, flags that only
+** grow), so whether it completes does not depend on timing. One complete
+** run is enough: replay this model's steps one at a time, each primitive
+** moving its whole tile alone. A step starts with its input tile in the FIFO
+** and at most one tile in its output FIFO, so with room for two tiles it
+** never blocks.
 */
+#define BUFFERED_DEPTH 2
 enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
 
 /* The TB a blocked TB waits for: the flag's owner, the connection's sender
@@ -393,40 +397,47 @@ static int blocker(const Plan *pl, int why, int on) {
   return -1;
 }
 
-static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
-  int nt = pl->ntbs, nc = pl->nconn;
+/* Resources a TB blocks on: a primitive's flag (its id), a connection's data
+   (np + c), a connection's space (np + nc + c). Wake whoever waits on r. */
+static void wake_all(Sim *s, int r) {
+  for (int b = s->head[r], nx; b >= 0; b = nx) nx = s->next[b], enqueue(s, b);
+  s->head[r] = -1;
+}
+
+rcStatus verify_buffered(const Plan *pl, int M, char *cycle, Err *e) {
+  int nt = pl->ntbs, nc = pl->nconn, np = pl->np;
   Sim s = {.pl = pl, .M = M};
   s.cur = xcalloc((size_t)nt + 1, sizeof(int));
   s.m = xcalloc((size_t)nt + 1, sizeof(int));
-  s.done = xcalloc((size_t)pl->np + 1, sizeof(int));
+  s.done = xcalloc((size_t)np + 1, sizeof(int));
+  s.head = xmalloc(((size_t)np + 2 * nc + 1) * sizeof(int));
+  s.next = xmalloc(((size_t)nt + 1) * sizeof(int));
+  s.queue = xmalloc(((size_t)nt + 1) * sizeof(int));
+  s.inq = xcalloc((size_t)nt + 1, 1);
+  memset(s.head, 0xff, ((size_t)np + 2 * nc + 1) * sizeof(int));
   int *pushed = xcalloc((size_t)nc + 1, sizeof(int)), *popped = xcalloc((size_t)nc + 1, sizeof(int));
   int *why = xmalloc(((size_t)nt + 1) * sizeof(int)), *on = xmalloc(((size_t)nt + 1) * sizeof(int));
-  for (int progress = 1; progress;) {
-    progress = 0;
-    for (int b = 0; b < nt; b++)
-      while (!finished(pl, &s, b)) {
-        int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
-        const Prim *p = &pl->p[pi];
-        for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-          if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
-        if (w >= 0) {
-          why[b] = RES_FLAG, on[b] = w;
-          break;
-        }
-        if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) {
-          why[b] = RES_DATA, on[b] = p->cin;
-          break;
-        }
-        if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= MANUAL_FIFO_TILES) {
-          why[b] = RES_SPACE, on[b] = p->cout;
-          break;
-        }
-        if (p->cin >= 0) popped[p->cin]++;
-        if (p->cout >= 0) pushed[p->cout]++;
-        s.done[pi] = m + 1;
-        advance(pl, &s, b);
-        progress = 1;
-      }
+  for (int b = 0; b < nt; b++) enqueue(&s, b);
+  while (s.qn > 0) {
+    int b = s.queue[--s.qn], res = -1;
+    s.inq[b] = 0;
+    while (!finished(pl, &s, b)) {
+      int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
+      const Prim *p = &pl->p[pi];
+      for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
+        if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
+      if (w >= 0) why[b] = RES_FLAG, on[b] = w, res = w;
+      else if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) why[b] = RES_DATA, on[b] = p->cin, res = np + p->cin;
+      else if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_DEPTH)
+        why[b] = RES_SPACE, on[b] = p->cout, res = np + nc + p->cout;
+      if (res >= 0) break;
+      if (p->cin >= 0) popped[p->cin]++, wake_all(&s, np + nc + p->cin);
+      if (p->cout >= 0) pushed[p->cout]++, wake_all(&s, np + p->cout);
+      s.done[pi] = m + 1;
+      wake_all(&s, pi);
+      advance(pl, &s, b);
+    }
+    if (res >= 0) s.next[b] = s.head[res], s.head[res] = b;
   }
   rcStatus rc = RC_OK;
   int b = 0;
@@ -465,9 +476,23 @@ static rcStatus deadlock_buffered(const Plan *pl, int M, Err *e) {
     } while (to != start);
     rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
     buf_free(&msg);
+    /* Each blocked TB waits for one other: mark every cycle, not only the one described
+       (seen: 1 on the walk from a, 2 walked before). */
+    memset(seen, 0, (size_t)nt + 1);
+    for (int a = 0; a < nt && cycle; a++) {
+      int c = a;
+      while (c >= 0 && !finished(pl, &s, c) && !seen[c]) seen[c] = 1, c = blocker(pl, why[c], on[c]);
+      if (c >= 0 && seen[c] == 1) {
+        int d = c;
+        do cycle[d] = 1, d = blocker(pl, why[d], on[d]);
+        while (d != c);
+      }
+      for (c = a; c >= 0 && seen[c] == 1; c = blocker(pl, why[c], on[c])) seen[c] = 2;
+    }
     free(seen);
   }
-  free(s.cur), free(s.m), free(s.done), free(pushed), free(popped), free(why), free(on);
+  free(s.cur), free(s.m), free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
+  free(pushed), free(popped), free(why), free(on);
   return rc;
 }
 
@@ -475,7 +500,7 @@ rcStatus verify_run(Plan *pl, Err *e) {
   RC_CHECK(postcondition(pl, e));
   RC_CHECK(conn_order(pl, e));
   int marked;
-  if (pl->opt.tb == TB_MANUAL) RC_CHECK(deadlock_buffered(pl, 3, e));
+  if (pl->buffered) RC_CHECK(verify_buffered(pl, BUFFERED_MICRO, NULL, e));
   else RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
   pl->verified = 1;
   return RC_OK;

@@ -15,3 +15,7 @@ for alg in "$src"/algorithms/*.lua; do
   "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/$name.o" "$tmp/$name.cu"
   echo "compiled $name ($args) for sm_90"
 done
+# Merged TBs run several primitives in one micro-batch loop.
+"$bin" compile "$src"/algorithms/allreduce_ring.lua ranks=4 --tb merge --emit cuda >"$tmp/merged.cu"
+"$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/merged.o" "$tmp/merged.cu"
+echo "compiled allreduce_ring (ranks=4, --tb merge) for sm_90"

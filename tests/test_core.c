@@ -287,6 +287,42 @@ static void test_verify_deadlock(void **state) {
   prog_free(p);
 }
 
+/*
+** Merged TBs: a ring's sends and receives share one TB per rank, in loops of
+** one send and one receive; without buffering that deadlocks, with two tiles
+** per connection it does not, at any number of micro-batches.
+*/
+static void test_tb_merge(void **state) {
+  (void)state;
+  Err e;
+  for (int n = 2; n <= 8; n++)
+    for (int ar = 0; ar < 2; ar++) {
+      Program *p = ar ? ring_allreduce(n, 0) : ring_allgather(n);
+      Topo *t = topo_flat(n);
+      Plan pl;
+      Options o = default_opts;
+      o.tb = TB_MERGE;
+      assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+      assert_true(pl.verified && pl.buffered);
+      assert_int_equal(plan_tbs_max(&pl), 1);
+      for (int g = 0; g < pl.ntbs; g++) {
+        int snd = 0, rcv = 0;
+        for (int k = pl.tb_off[g]; k < pl.tb_off[g + 1]; k++) {
+          const Prim *q = &pl.p[pl.tb_prims[k]];
+          if (!q->join) snd = rcv = 0;
+          else assert_int_equal(q->slot, pl.p[pl.tb_prims[k - 1]].slot);
+          snd += q->cout >= 0, rcv += q->cin >= 0;
+          assert_true(snd <= 1 && rcv <= 1);
+        }
+      }
+      for (int m = 1; m <= 32; m *= 2) assert_int_equal(verify_buffered(&pl, m, NULL, &e), RC_OK);
+      assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
+      plan_free(&pl);
+      topo_free(t);
+      prog_free(p);
+    }
+}
+
 /* -------------------------------------------------- template / emitter */
 
 static void test_template(void **state) {
@@ -395,6 +431,34 @@ static void test_data_check(void **state) {
 
 /* ----------------------------------------------------------- executor */
 
+/* A merged plan runs with the smallest FIFOs it allows (two tiles, the
+   default) and is refused anything smaller. */
+static void test_exec_merged(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(5, 0);
+  Topo *t = topo_flat(5);
+  Plan pl;
+  Options o = default_opts;
+  o.tb = TB_MERGE;
+  assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+  for (int nmicro = 1; nmicro <= 64; nmicro *= 4) {
+    /* 4-byte slots: a tile streams through element by element */
+    ExecOpts x = {.dtype = DT_F32, .count = 1031, .nmicro = nmicro, .slot_bytes = 4, .timeout_ms = 5000};
+    ExecResult r;
+    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+    assert_int_equal(r.nwrong, 0);
+    ExecOpts need = x;
+    assert_int_equal(exec_check_sizes(&pl, &need, &e), RC_OK);
+    x.nslots = need.nslots - 1;
+    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_ESIZE);
+    assert_non_null(strstr(e.msg, "merged TBs need FIFOs of two tiles"));
+  }
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
 static void test_exec_host(void **state) {
   (void)state;
   Err e;
@@ -427,10 +491,10 @@ int main(void) {
     cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_sched_invariants),
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_deadlock),
-    cmocka_unit_test(test_template),        cmocka_unit_test(test_emit),
-    cmocka_unit_test(test_half_conversions), cmocka_unit_test(test_dtype_names),
-    cmocka_unit_test(test_data_check),
-    cmocka_unit_test(test_exec_host),
+    cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_template),
+    cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
+    cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
+    cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

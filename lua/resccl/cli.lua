@@ -29,8 +29,11 @@ commands:
 
 options:
   --sched hpds|rr        scheduler (default hpds)
-  --tb state|conn|manual thread-block allocation (default state); manual
-                         keeps the TBs the program names (sendtb/recvtb)
+  --tb state|conn|manual|merge   thread-block allocation (default state);
+                         manual keeps the TBs the program names (sendtb/
+                         recvtb); merge is state-based with a rank's TBs
+                         merged into send/receive pairs, as MSCCL pairs
+                         them: fewer TBs, slower, FIFOs of two tiles
   --order task|algorithm how a TB loops over micro-batches: task-level
                          (default) or algorithm-level, as MSCCL runs
   --json                 print one machine-readable report
@@ -110,6 +113,8 @@ local function bench_number(flag, v)
   return n
 end
 
+local NAMED = { state = "state-based", conn = "connection-based", manual = "hand-placed", merge = "merged" }
+
 local function usage_error(msg)
   io.stderr:write("resccl: ", msg, "\n(see 'resccl help')\n")
   return 2
@@ -133,7 +138,7 @@ local function parse(argv)
   while i <= #argv do
     local a = argv[i]
     if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
-    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true })
+    elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true, merge = true })
     elseif a == "--order" then o.order = value(a, { task = true, algorithm = true })
     elseif a == "--json" then o.json = true
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
@@ -322,8 +327,9 @@ function M.run(o)
   local alg, prog, topo = build(o)
   local p, t = prog:info(), topo:info()
   local plan, err = resccl.compile(prog, topo, compile_opts(o, false))
-  local other = resccl.compile(prog, topo, {
-    sched = o.sched, tb = o.tb == "state" and "conn" or "state", fuse = o.fuse, order = o.order })
+  -- TB counts side by side with another policy: connection-based for state-based, else state-based
+  local other_tb = o.tb == "state" and "conn" or "state"
+  local other = resccl.compile(prog, topo, { sched = o.sched, tb = other_tb, fuse = o.fuse, order = o.order })
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
   local ea = exec_args(o)
@@ -351,10 +357,9 @@ function M.run(o)
     end
     r.execute[#r.execute + 1] = e
   end
-  local orep = other and other:report() or {}
-  local state = o.tb == "state" and r or orep
-  local conn = o.tb == "state" and orep or r
-  r.tbs_per_rank_max_state, r.tbs_per_rank_max_conn = state.tbs_per_rank_max, conn.tbs_per_rank_max
+  local by = { [o.tb] = r, [other_tb] = other and other:report() or {} }
+  r["tbs_per_rank_max_" .. other_tb] = by[other_tb].tbs_per_rank_max
+  r["tbs_per_rank_max_" .. o.tb] = r.tbs_per_rank_max
   r.result = ok and "pass" or "fail"
   if o.json then
     print(json(r))
@@ -366,8 +371,8 @@ function M.run(o)
     t.nodes, t.gpn, p.chunks))
   line("tasks", ("%s (out-of-place); %d transfers recorded"):format(r.tasks or "-", p.transfers))
   line("schedule", ("%s: %s sub-pipelines"):format(o.sched, r.subpipelines or "-"))
-  line("TBs/rank", ("state-based %s, connection-based %s (max over ranks; totals %s vs %s)"):format(
-    state.tbs_per_rank_max or "-", conn.tbs_per_rank_max or "-", state.tbs_total or "-", conn.tbs_total or "-"))
+  line("TBs/rank", ("%s %s, %s %s (max over ranks; totals %s vs %s)"):format(NAMED[o.tb], r.tbs_per_rank_max or "-",
+    NAMED[other_tb], by[other_tb].tbs_per_rank_max or "-", r.tbs_total or "-", by[other_tb].tbs_total or "-"))
   line("verify", err or "ok (post-condition, connection order, no deadlock)")
   for _, e in ipairs(r.execute) do
     local what
@@ -519,7 +524,7 @@ function M.import(o)
   line("tasks", ("%d transfers imported; %s tasks after placement (out-of-place)"):format(#imp.xfers, oop.tasks or "-"))
   line("file TBs", imp.file_tbs and list(imp.file_tbs) or "- (the format has no thread blocks)")
   for _, p in ipairs(r.placements) do
-    if p.tbs_per_rank then line("our TBs", ("%s, state-based, %s on %s"):format(list(p.tbs_per_rank), p.placement, t.spec)) end
+    if p.tbs_per_rank then line("our TBs", ("%s, %s, %s on %s"):format(list(p.tbs_per_rank), NAMED[o.tb], p.placement, t.spec)) end
   end
   for _, p in ipairs(r.placements) do line("verify", ("%s: %s"):format(p.placement, p.verify)) end
   if r.file_schedule then

@@ -124,14 +124,36 @@ describe("bad input", function()
   end)
 
   it("runs a hand-placed chain through buffered FIFOs, and refuses FIFOs smaller than two tiles", function()
-    local code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "slots=4",
-      "slot_bytes=65536" }
+    local code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "--order",
+      "algorithm", "nmicro=200" }
     assert.equal(0, code, out)
-    code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "slots=1",
-      "slot_bytes=64" }
+    code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "--order", "algorithm",
+      "slots=1", "slot_bytes=64" }
     assert.equal(1, code)
-    assert.matches("exec%s+FAILED: a hand%-placed plan needs FIFOs of two tiles: 1024 elements per tile, 16 per " ..
-      "FIFO %(raise slots or slot_bytes, or nmicro%)", out)
+    assert.matches("exec%s+FAILED: hand%-placed TBs need FIFOs of two tiles: a tile of 1025 elements fills 65 " ..
+      "slots of 16, a FIFO has 1 %(raise slots or slot_bytes, or nmicro%)", out)
+  end)
+
+  it("merges a ring's sends and receives into one TB per rank, run with the FIFOs that needs", function()
+    local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=5", "--tb", "merge", "nmicro=16" }
+    assert.equal(0, code, out)
+    assert.matches("TBs/rank%s+merged 1, state%-based 2 %(max over ranks; totals 5 vs 10%)", out)
+    code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=3", "--tb", "merge", "--dump", "tb" }
+    assert.equal(0, code)
+    assert.equal("tb merge: 3 TBs, at most 1 per rank, buffered FIFOs\nr0 tb0:\n", out:match "^[^\n]*\n[^\n]*\n")
+    assert.matches("\n  %+ recv ", out) -- a receive in the loop of the send before it
+    code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=5", "--tb", "merge", "slots=4" }
+    assert.equal(1, code)
+    assert.matches("exec%s+FAILED: merged TBs need FIFOs of two tiles", out)
+  end)
+
+  it("finds a deadlock of hand-placed TBs that takes micro-batches to build up", function()
+    -- task-level, rank 1 sends its whole chain to rank 2 before taking it back; two tiles of FIFO last 4 micro-batches
+    local code, out = h.cli { "verify", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual" }
+    assert.equal(1, code)
+    assert.equal("out-of-place  spec/fixtures/fused_twice.lua:10: deadlock: rank 1 tb 0 at rcs " ..
+      "(spec/fixtures/fused_twice.lua:10, micro-batch 4) waits for FIFO space on rank 1 -> rank 2; rank 2 tb 0 at rcs " ..
+      "(spec/fixtures/fused_twice.lua:11, micro-batch 2) waits for FIFO space on rank 2 -> rank 1\n", out:match "^[^\n]*\n")
   end)
 
   it("refuses manual placement when a transfer has none", function()

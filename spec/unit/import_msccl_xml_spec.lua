@@ -267,6 +267,16 @@ describe("MSCCL XML import", function()
         assert.are.equal("ok", v["out-of-place"])
         if i.inplace then assert.are.equal("ok", v["in-place"]) end
       end)
+
+      it("merges TBs to at most the file's on every rank of " .. f[1], function()
+        local path = SHARED .. f[1]
+        if not io.open(path) then return pending(SHARED .. " is not present") end
+        local i = import.read(path)
+        local v = verdicts(i, { tb = "merge" })
+        assert.are.equal("ok", v["out-of-place"])
+        if i.inplace then assert.are.equal("ok", v["in-place"]) end
+        for r, n in ipairs(v.plan:report().tbs_per_rank) do assert.is_true(n <= i.file_tbs[r], "rank " .. r - 1) end
+      end)
     end
   end)
 
