@@ -102,7 +102,7 @@ describe("resccl sim on an imported file's own TBs", function()
   it("refuses FIFOs smaller than the verifier's two tiles", function()
     local code, _, err = h.cli { "sim", ring, "--tb", "manual", "--order", "algorithm", "--depth", "1" }
     assert.equal(1, code)
-    assert.equal("resccl: a hand-placed plan needs FIFOs of 2 tiles (depth 1), as it was verified\n", err)
+    assert.equal("resccl: hand-placed TBs need connections that buffer two tiles: simulate with depth >= 2\n", err)
   end)
 end)
 

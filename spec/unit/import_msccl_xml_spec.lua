@@ -317,7 +317,7 @@ describe("MSCCL XML import", function()
       -- and it simulates with the same buffering, not with less
       assert.is_true(assert(plan:sim { size = 1 << 20, nmicro = 2, depth = 2 }).time_us > 0)
       local _, serr = plan:sim { size = 1 << 20, nmicro = 2, depth = 1 }
-      assert.equal("a hand-placed plan needs FIFOs of 2 tiles (depth 1), as it was verified", serr)
+      assert.equal("hand-placed TBs need connections that buffer two tiles: simulate with depth >= 2", serr)
     end)
 
     -- every shared file's own schedule: what the verifier passes, the simulator runs to the end
