@@ -719,14 +719,16 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
 /* One kernel per (variant, GPU), holding every rank of that GPU. */
 static resccl_result_t launch(Call *calls, int n) {
   char *done = calloc((size_t)n, 1);
-  /* Per call, the first call of its plan in this batch; when every rank of
-     the plan is here, its kernels get every rank's buffers (direct sends)
-     and one call number. */
-  int *first = malloc(sizeof(int) * (size_t)n);
+  /* The k-th call of a rank on a plan belongs to the plan's k-th collective
+     of the group; first[i] is that collective's first call. When every rank
+     of the plan is in it, its kernels get every rank's buffers (direct
+     sends) and one call number. */
+  int *first = malloc(sizeof(int) * (size_t)n), *occ = calloc((size_t)n, sizeof(int));
   for (int i = 0; i < n; i++) {
     first[i] = i;
+    for (int j = 0; j < i; j++) occ[i] += calls[j].v == calls[i].v && calls[j].comm == calls[i].comm;
     for (int j = 0; j < i; j++)
-      if (calls[j].v == calls[i].v) {
+      if (calls[j].v == calls[i].v && occ[j] == occ[i]) {
         first[i] = first[j];
         break;
       }
@@ -743,8 +745,6 @@ static resccl_result_t launch(Call *calls, int n) {
       if (first[j] != first[i]) continue;
       if (o->count != c->count || o->dtype != c->dtype || o->op != c->op)
         rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
-      else if (j != i && o->comm == c->comm)
-        rc = rt_fail(resccl_invalid_usage, "%s: rank %d called twice in one group", c->plan->coll, c->comm->rank);
       here += o->comm->d == c->comm->d;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
@@ -779,7 +779,7 @@ static resccl_result_t launch(Call *calls, int n) {
     int nextra = 0;
     for (int j = i; j < n; j++) {
       Call *o = &calls[j];
-      if (done[j] || o->v != c->v || o->comm->d != d) continue;
+      if (done[j] || first[j] != first[i] || o->comm->d != d) continue;
       for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
       if (o->stream != c->stream) extra[nextra++] = o->stream;
       done[j] = 1, ranks++;
@@ -814,7 +814,7 @@ static resccl_result_t launch(Call *calls, int n) {
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
   }
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(first);
+  free(done), free(first), free(occ);
   return rc;
 }
 
