@@ -47,6 +47,40 @@ function M.sorted_keys(t)
   return ks
 end
 
+--- Running a file's TBs abstractly: a queue of runnable TBs, each in it at
+--- most once, and TBs blocked on a key until that key is woken.
+function M.runqueue()
+  local q, h, t, queued, waiters = {}, 1, 0, {}, {}
+  local rq = {}
+  function rq.ready(tb)
+    if not queued[tb] then
+      queued[tb] = true
+      t = t + 1
+      q[t] = tb
+    end
+  end
+  --- The next runnable TB, or nil when none is left.
+  function rq.pop()
+    if h > t then return nil end
+    local tb = q[h]
+    q[h], h, queued[tb] = nil, h + 1, nil
+    return tb
+  end
+  function rq.block(tb, key)
+    local w = waiters[key]
+    if not w then
+      w = {}
+      waiters[key] = w
+    end
+    w[#w + 1] = tb
+  end
+  function rq.wake(key)
+    for _, tb in ipairs(waiters[key] or {}) do rq.ready(tb) end
+    waiters[key] = nil
+  end
+  return rq
+end
+
 --- The 1-based line of byte offset `at` in text.
 ---@param text string
 ---@param at integer

@@ -20,6 +20,7 @@
 -- Every transfer keeps the line of its receiving step and a TB hint (the
 -- file's TB and step on both sides) for running the file's own schedule.
 local lxp = require "lxp"
+local import = require "resccl.import"
 
 local M = {}
 
@@ -364,23 +365,10 @@ local function order(algo, rd)
       tb.pc = 1
     end
   end
-  local queue, qh, qt = {}, 1, 0
-  local queued = {}
-  local function push(tb)
-    if not queued[tb] then
-      queued[tb] = true
-      qt = qt + 1
-      queue[qt] = tb
-    end
-  end
-  for _, tb in ipairs(tbs) do push(tb) end
   -- A step waiting for another step: woken when that one completes.
-  local waiters = {}
-  while qh <= qt do
-    local tb = queue[qh]
-    queue[qh] = nil
-    qh = qh + 1
-    queued[tb] = nil
+  local rq = import.runqueue()
+  for _, tb in ipairs(tbs) do rq.ready(tb) end
+  for tb in rq.pop do
     while tb.pc <= #tb.steps do
       local st = tb.steps[tb.pc]
       local need
@@ -388,9 +376,7 @@ local function order(algo, rd)
       elseif TYPES[st.type].recv and not st.recv_from.done then need = st.recv_from end
       if need then
         st.blocked = need
-        local w = waiters[need]
-        if not w then w = {} waiters[need] = w end
-        w[#w + 1] = tb
+        rq.block(tb, need)
         break
       end
       st.blocked = nil
@@ -401,11 +387,7 @@ local function order(algo, rd)
       if TYPES[st.type].recv and st.recv_from.round + 1 > round then round = st.recv_from.round + 1 end
       st.round, st.done = round, true
       tb.pc = tb.pc + 1
-      local w = waiters[st]
-      if w then
-        waiters[st] = nil
-        for _, t in ipairs(w) do push(t) end
-      end
+      rq.wake(st)
     end
   end
   -- Stuck TBs: follow who waits for whom to a cycle.

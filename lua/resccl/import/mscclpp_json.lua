@@ -646,20 +646,8 @@ local function run(plan)
 
   -- Tokens: signals sent to a channel, releases of a semaphore, packets
   -- written to a scratch part. Each is { op, vc } of what made it.
-  local queue, waiters = {}, {}
-  local runnable, rh, rt = {}, 1, 0
-  local queued = {}
-  local function ready(tb)
-    if not queued[tb] then
-      queued[tb] = true
-      rt = rt + 1
-      runnable[rt] = tb
-    end
-  end
-  local function wake(key)
-    for _, tb in ipairs(waiters[key] or {}) do ready(tb) end
-    waiters[key] = nil
-  end
+  local queue, rq = {}, import.runqueue()
+  local ready, wake = rq.ready, rq.wake
   local function push(key, tok)
     local q = queue[key] or { h = 1, t = 0 }
     queue[key] = q
@@ -668,9 +656,7 @@ local function run(plan)
     wake(key)
   end
   local function block(tb, key, why)
-    local w = waiters[key] or {}
-    waiters[key] = w
-    w[#w + 1] = tb
+    rq.block(tb, key)
     tb.blocked = why
   end
   local function chan_key(r, ty, c) return ("c%d:%s:%d"):format(r, ty, c) end
@@ -842,10 +828,7 @@ local function run(plan)
   end
 
   for _, tb in ipairs(tbs) do ready(tb) end
-  while rh <= rt do
-    local tb = runnable[rh]
-    runnable[rh], rh = nil, rh + 1
-    queued[tb] = nil
+  for tb in rq.pop do
     while tb.pc <= #tb.ops and step(tb) do end
   end
 
