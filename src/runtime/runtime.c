@@ -32,14 +32,19 @@
 
 static __thread char last_error[1024];
 
-static int debug_on(void) {
-  const char *d = getenv("RESCCL_DEBUG");
-  return d && (!strcmp(d, "INFO") || !strcmp(d, "TRACE"));
+/* RESCCL_DEBUG, read once: 0 off, 1 INFO, 2 TRACE (every launch too). */
+static int debug_level(void) {
+  static int level = -1;
+  if (level < 0) {
+    const char *d = getenv("RESCCL_DEBUG");
+    level = d && !strcmp(d, "TRACE") ? 2 : d && !strcmp(d, "INFO") ? 1 : 0;
+  }
+  return level;
 }
 
 #define INFO(...)                                 \
   do {                                            \
-    if (debug_on()) {                             \
+    if (debug_level()) {                          \
       fprintf(stderr, "resccl INFO " __VA_ARGS__); \
       fputc('\n', stderr);                        \
     }                                             \
@@ -50,7 +55,7 @@ resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  if (debug_on()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
+  if (debug_level()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
   return rc;
 }
 
@@ -809,7 +814,7 @@ static resccl_result_t launch(Call *calls, int n) {
       break;
     }
     c->v->dev[d].base += (unsigned)c->nmicro;
-    if (debug_on() && getenv("RESCCL_DEBUG")[0] == 'T')
+    if (debug_level() > 1)
       fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
   }
