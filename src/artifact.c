@@ -37,7 +37,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
   /* Buffered plans (hand-placed or merged TBs) were verified with FIFOs that hold two tiles (verify.c). */
   int maxcnt = 1;
   for (int t = 0; t < pl->dag.n; t++) maxcnt = pl->dag.t[t].cnt > maxcnt ? pl->dag.t[t].cnt : maxcnt;
-  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\ntbs", pl->buffered ? 2 : 0, maxcnt);
+  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\ntbs", pl->buffered ? BUFFERED_TILES : 0, maxcnt);
   for (int r = 0; r < p->nranks; r++) buf_printf(out, " %d", pl->ntb[r]);
   buf_printf(out, "\nconns %d\n", pl->nconn);
   for (int c = 0; c < pl->nconn; c++) buf_printf(out, "%d %d\n", pl->conn[c].src, pl->conn[c].dst);

@@ -295,6 +295,10 @@ typedef struct {
   Stage stop_after;  /* last stage to run */
 } Options;
 
+/* Tiles a connection of a buffered plan holds: the verifier assumes it
+   (MSCCL's two steps per connection), executors and the simulator provide it. */
+#define BUFFERED_TILES 2
+
 /* A compiled plan: every stage's result, owned here. */
 typedef struct {
   const Program *prog;
@@ -320,7 +324,7 @@ typedef struct {
   int *tb_base;          /* per rank: index of its first TB */
   int *tb_prims;
   int ntbs;
-  int buffered;          /* 1: deadlock-free only if every connection buffers two tiles (hand-placed or
+  int buffered;          /* 1: deadlock-free only if every connection buffers BUFFERED_TILES tiles (hand-placed or
                             merged TBs); executors refuse smaller FIFOs */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */

@@ -49,7 +49,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
     for (int m = 0; m < o->nmicro && pl->dag.t[t].src != pl->dag.t[t].dst; m++) {
       size_t lo, n;
       rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
-      if (2 * ((n + per - 1) / per) > need) need = 2 * ((n + per - 1) / per), tile = n;
+      if (BUFFERED_TILES * ((n + per - 1) / per) > need) need = BUFFERED_TILES * ((n + per - 1) / per), tile = n;
     }
   Err dl;
   if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */

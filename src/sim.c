@@ -437,7 +437,7 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
       o->slowdown < 0 || o->slowdown >= 1)
     return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
                                  "slowdown in [0, 1)");
-  if (pl->buffered && o->depth < 2)
+  if (pl->buffered && o->depth < BUFFERED_TILES)
     return err_set(e, RC_EINVAL, "%s TBs need connections that buffer two tiles: simulate with depth >= 2",
                    pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged");
   const Program *prog = pl->prog;

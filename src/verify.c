@@ -385,7 +385,6 @@ rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err 
 ** and at most one tile in its output FIFO, so with room for two tiles it
 ** never blocks.
 */
-#define BUFFERED_DEPTH 2
 enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
 
 /* The TB a blocked TB waits for: the flag's owner, the connection's sender
@@ -428,7 +427,7 @@ rcStatus verify_buffered(const Plan *pl, int M, char *cycle, Err *e) {
         if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
       if (w >= 0) why[b] = RES_FLAG, on[b] = w, res = w;
       else if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) why[b] = RES_DATA, on[b] = p->cin, res = np + p->cin;
-      else if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_DEPTH)
+      else if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_TILES)
         why[b] = RES_SPACE, on[b] = p->cout, res = np + nc + p->cout;
       if (res >= 0) break;
       if (p->cin >= 0) popped[p->cin]++, wake_all(&s, np + nc + p->cin);
