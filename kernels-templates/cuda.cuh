@@ -35,6 +35,7 @@ typedef struct {
   int rank, tb, chan, m;
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
+  unsigned long long ready; /* thread 0: peers known to run this call (direct sends) */
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
@@ -68,18 +69,15 @@ __device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
   return 0;
 }
 
-/* Element range of chunks [idx, idx+cnt) in micro-batch m, as rx_tile in
-   host.h, then this block's channel slice of it. */
+/* Element range of chunks [idx, idx+cnt) in micro-batch m (tile.h), then
+   this block's channel slice of it, on whole vectors too. */
 __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {
   const RxArgs *r = x->a;
-  size_t N = r->count, C = (size_t)x->run->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
-  size_t slab = N * m / M, len = N * (m + 1) / M - slab;
-  size_t a = (size_t)idx / C * N + slab + s * len / C, t = (s + cnt) * len / C - s * len / C;
-  /* Channel slices start on 16-byte boundaries (whole vectors); the last takes the rest. */
-  size_t K = (size_t)x->run->nchan, k = (size_t)x->chan, v = r->esize < 16 ? 16 / r->esize : 1, units = t / v;
-  size_t b = units * k / K * v, e = k + 1 == K ? t : units * (k + 1) / K * v;
-  *lo = a + b;
-  *n = e - b;
+  size_t t, v = rx_vec(r->esize), K = (size_t)x->run->nchan, k = (size_t)x->chan;
+  rx_span(r->count, (size_t)x->run->chunks, (size_t)r->nmicro, r->esize, idx, cnt, m, lo, &t);
+  size_t b = rx_cut(t, v, k, K);
+  *lo += b;
+  *n = rx_cut(t, v, k + 1, K) - b;
 }
 
 __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nchan + x->chan]; }
@@ -122,8 +120,20 @@ RX_HALF(__nv_bfloat16, __bfloat162float, __float2bfloat16_rn)
 /* Loads that bypass L1: FIFO slots are rewritten by the peer GPU, and L1 is not coherent. */
 __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 
+#ifndef RX_THREADS
+#define RX_THREADS 512 /* threads per block the kernel is built for (the runtime sets it) */
+#endif
+
+/* 16-byte loads in flight per thread, for reductions (two operands) and
+   copies. On 2xH200, 16 for reductions gained 10-15% on reduce-scatter but
+   tripled NVRTC's time per plan (about 50 s), and 16 for copies lost 7% on
+   all-gather (BENCHMARKS.md); -DRX_UNROLL=16 in RESCCL_NVRTC_OPTIONS asks for
+   it, and the launch bound keeps it within RX_THREADS threads' registers. */
 #ifndef RX_UNROLL
-#define RX_UNROLL 8 /* 16-byte loads in flight per thread (measured: 4 loses 12-30% at 512 MiB) */
+#define RX_UNROLL 8
+#endif
+#ifndef RX_UNROLL_COPY
+#define RX_UNROLL_COPY 8
 #endif
 
 /* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */
@@ -133,12 +143,12 @@ __device__ static inline void rx_copy16(char *out, const char *in, size_t bytes,
     int4 *o = (int4 *)out, *f = (int4 *)fwd;
     const int4 *s = (const int4 *)in;
     size_t nv = bytes / 16, i = threadIdx.x, step = blockDim.x;
-    for (; i + (RX_UNROLL - 1) * step < nv; i += RX_UNROLL * step) {
-      int4 v[RX_UNROLL];
+    for (; i + (RX_UNROLL_COPY - 1) * step < nv; i += RX_UNROLL_COPY * step) {
+      int4 v[RX_UNROLL_COPY];
 #pragma unroll
-      for (int u = 0; u < RX_UNROLL; u++) v[u] = rx_ld16(s + i + u * step);
+      for (int u = 0; u < RX_UNROLL_COPY; u++) v[u] = rx_ld16(s + i + u * step);
 #pragma unroll
-      for (int u = 0; u < RX_UNROLL; u++) {
+      for (int u = 0; u < RX_UNROLL_COPY; u++) {
         o[i + u * step] = v[u];
         if (f) f[i + u * step] = v[u];
       }
@@ -252,7 +262,7 @@ __device__ static inline char *rx_slot_out(RxCtx *x, int c, unsigned long long *
   __shared__ unsigned long long s_tail;
   const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
-    unsigned long long t = rx_ld(f->tail);
+    unsigned long long t = rx_ld(f->sent);
     unsigned spins = 0;
     while (t - rx_ld(f->head) >= (unsigned long long)x->run->nslots && !rx_give_up(x, &spins)) {
     }
@@ -267,7 +277,7 @@ __device__ static inline const char *rx_slot_in(RxCtx *x, int c, unsigned long l
   __shared__ unsigned long long s_head;
   const RxFifo *f = rx_fifo(x, c);
   if (threadIdx.x == 0) {
-    unsigned long long h = rx_ld(f->head);
+    unsigned long long h = rx_ld(f->taken);
     unsigned spins = 0;
     while (rx_ld(f->tail) == h && !rx_give_up(x, &spins)) {
     }
@@ -278,10 +288,25 @@ __device__ static inline const char *rx_slot_in(RxCtx *x, int c, unsigned long l
   return f->slots + (size_t)(s_head % x->run->nslots) * x->run->slot_bytes;
 }
 
-/* After the block's writes: publish (thread 0, system-scope fence first). */
-__device__ static inline void rx_publish(unsigned long long *p, unsigned long long v) {
+/* Thread 0, after the block's writes to slot (or put) v - 1 of connection c:
+   publish it (system-scope fence first), and keep the sender's copy. */
+__device__ static inline void rx_push(RxCtx *x, int c, unsigned long long v) {
+  const RxFifo *f = rx_fifo(x, c);
+  rx_st(f->tail, v);
+  *(volatile unsigned long long *)f->sent = v;
+}
+
+/* Thread 0, after the block's reads of slot v - 1 of connection c: free it. */
+__device__ static inline void rx_pop(RxCtx *x, int c, unsigned long long v) {
+  const RxFifo *f = rx_fifo(x, c);
+  rx_st(f->head, v);
+  *(volatile unsigned long long *)f->taken = v;
+}
+
+/* The whole block, after its writes: publish (see rx_push). */
+__device__ static inline void rx_publish(RxCtx *x, int c, unsigned long long v) {
   __syncthreads();
-  if (threadIdx.x == 0) rx_st(p, v);
+  if (threadIdx.x == 0) rx_push(x, c, v);
 }
 
 __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
@@ -292,7 +317,7 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
     rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
-    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
+    rx_publish(x, cout, seq + 1);
   }
 }
 
@@ -312,8 +337,8 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
     rx_move(x->a, d, ubuf >= 0 ? rx_at(x, ubuf, ulo + k) : NULL, s, w, done, d == o ? NULL : o);
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (cout >= 0) rx_st(rx_fifo(x, cout)->tail, out_seq + 1);
-      rx_st(rx_fifo(x, cin)->head, in_seq + 1);
+      if (cout >= 0) rx_push(x, cout, out_seq + 1);
+      rx_pop(x, cin, in_seq + 1);
     }
   }
 }
@@ -322,48 +347,6 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
 __device__ static inline void rx_started(RxCtx *x) {
   __threadfence_system();
   *(volatile unsigned *)x->run->started[x->rank] = x->a->call;
-}
-
-/*
-** Direct: write the tile straight into the receiver's buffer and count it
-** on the connection, once the receiver's kernel runs this call (its buffer
-** is then free: nothing in the program touched it before). Without every
-** rank's buffers (ranks not called together) it is a plain send.
-*/
-__device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int dbuf, int didx, int cnt,
-                                           int m) {
-  if (!x->a->direct) return rx_send(x, cout, buf, idx, cnt, m);
-  size_t lo, dlo, n, per = x->run->slot_bytes / x->a->esize;
-  rx_tile(x, idx, cnt, m, &lo, &n);
-  rx_tile(x, didx, cnt, m, &dlo, &n);
-  __shared__ unsigned long long s_seq;
-  if (threadIdx.x == 0) {
-    unsigned spins = 0;
-    while ((int)(*(volatile unsigned *)x->run->started[peer] - x->a->call) < 0 && !rx_give_up(x, &spins)) {
-    }
-    s_seq = rx_ld(rx_fifo(x, cout)->tail);
-  }
-  __syncthreads();
-  unsigned long long seq = s_seq;
-  char *dst = x->a->buf[peer][dbuf];
-  for (size_t k = 0; k < n; k += per, seq++) {
-    size_t w = n - k < per ? n - k : per;
-    rx_move(x->a, dst + (dlo + k) * x->a->esize, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
-    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
-  }
-}
-
-/* The receiving end of a put: wait for each piece, then count it drained. */
-__device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int wbuf, int widx, int cnt, int m) {
-  if (!x->a->direct) return rx_recv(x, cin, -1, -1, 0, wbuf, widx, cnt, 0, m);
-  size_t lo, n, per = x->run->slot_bytes / x->a->esize;
-  rx_tile(x, widx, cnt, m, &lo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    unsigned long long seq;
-    rx_slot_in(x, cin, &seq);
-    if (threadIdx.x == 0) rx_st(rx_fifo(x, cin)->head, seq + 1);
-    __syncthreads();
-  }
 }
 
 __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
@@ -375,7 +358,65 @@ __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, i
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
     rx_move(x->a, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, 0, s);
-    rx_publish(rx_fifo(x, cout)->tail, seq + 1);
+    rx_publish(x, cout, seq + 1);
+  }
+}
+
+/*
+** Direct: write the tile straight into the receiver's buffer at (dbuf, didx)
+** and count it on the connection, once the receiver's kernel runs this call
+** (its buffer is then free: nothing in the program touched it before). A
+** plain send puts what it reads; a copy-send keeps a copy at (wbuf, widx)
+** too. Without every rank's buffers (ranks not called together) it is a
+** plain send or copy-send through the FIFO.
+*/
+__device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
+                                           int didx, int cnt, int m) {
+  if (!x->a->direct) return wbuf >= 0 ? rx_copy_send(x, cout, buf, idx, wbuf, widx, cnt, m) : rx_send(x, cout, buf, idx, cnt, m);
+  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->a->esize;
+  rx_tile(x, idx, cnt, m, &lo, &n);
+  rx_tile(x, didx, cnt, m, &dlo, &n);
+  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
+  __shared__ unsigned long long s_seq;
+  if (threadIdx.x == 0) {
+    unsigned spins = 0;
+    while (!(x->ready >> peer & 1) && (int)(*(volatile unsigned *)x->run->started[peer] - x->a->call) < 0 &&
+           !rx_give_up(x, &spins)) {
+    }
+    x->ready |= 1ull << peer;
+    s_seq = rx_ld(rx_fifo(x, cout)->sent);
+  }
+  __syncthreads();
+  unsigned long long seq = s_seq;
+  char *dst = x->a->buf[peer][dbuf];
+  for (size_t k = 0; k < n; k += per, seq++) {
+    size_t w = n - k < per ? n - k : per;
+    char *d = dst + (dlo + k) * x->a->esize;
+    if (wbuf >= 0) rx_move(x->a, rx_at(x, wbuf, wlo + k), NULL, rx_at(x, buf, lo + k), w, 0, d);
+    else rx_move(x->a, d, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
+    rx_publish(x, cout, seq + 1);
+  }
+}
+
+/* The receiving end of a put: wait for each piece and count it drained;
+   reduce it in place with (ubuf, uidx) when ubuf >= 0 (every op commutes). */
+__device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt,
+                                                int done, int m) {
+  if (!x->a->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
+  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
+  rx_tile(x, widx, cnt, m, &lo, &n);
+  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    unsigned long long seq;
+    rx_slot_in(x, cin, &seq);
+    if (ubuf >= 0) {
+      char *d = rx_at(x, wbuf, lo + k);
+      rx_move(x->a, d, rx_at(x, ubuf, ulo + k), d, w, done, NULL);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) rx_pop(x, cin, seq + 1);
+    __syncthreads();
   }
 }
 
@@ -397,8 +438,10 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) rx_send(x, c, b, i, n, m)
 #define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)
-#define RX_PUT(c, p, b, i, db, di, n) rx_put(x, c, p, b, i, db, di, n, m)
-#define RX_RECV_PUT(c, b, i, n) rx_recv_put(x, c, b, i, n, m)
+#define RX_PUT(c, p, b, i, db, di, n) rx_put(x, c, p, b, i, -1, 0, db, di, n, m)
+#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m)
+#define RX_RECV_PUT(c, b, i, n) rx_recv_put(x, c, -1, 0, b, i, n, 0, m)
+#define RX_RRC_PUT(c, ub, ui, b, i, n, d) rx_recv_put(x, c, ub, ui, b, i, n, d, m)
 #define RX_RRC(c, ub, ui, b, i, n, d) rx_recv(x, c, -1, ub, ui, b, i, n, d, m)
 #define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) rx_recv(x, ci, co, ub, ui, b, i, n, d, m)
@@ -412,7 +455,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_RANK_END(r) default: break; } }
 #define RX_RANK_EXTERN(r)
 #define RX_PROGRAM_BEGIN(n) \
-  extern "C" __global__ void rx_kernel(const __grid_constant__ RxArgs a) { \
+  extern "C" __global__ void __launch_bounds__(RX_THREADS) rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
     RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0, 0, 0}; \
     if (a.direct && ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \

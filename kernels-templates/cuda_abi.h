@@ -25,10 +25,14 @@ enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */
 enum { RX_SUM, RX_PROD, RX_MAX, RX_MIN, RX_AVG }; /* as ncclRedOp_t */
 
+/* Each side polls and reads its own memory only: the sender keeps its copy
+   of tail (sent), the receiver its copy of head (taken). */
 typedef struct {
-  unsigned long long *tail; /* receiver's memory */
-  unsigned long long *head; /* sender's memory */
-  char *slots;              /* receiver's memory: nslots * slot_bytes */
+  unsigned long long *tail;  /* receiver's memory, written by the sender */
+  unsigned long long *head;  /* sender's memory, written by the receiver */
+  unsigned long long *sent;  /* sender's memory: tail as the sender last wrote it */
+  unsigned long long *taken; /* receiver's memory: head as the receiver last wrote it */
+  char *slots;               /* receiver's memory: nslots * slot_bytes */
 } RxFifo;
 
 /* What a loaded plan keeps on one GPU, in its memory, from call to call. */

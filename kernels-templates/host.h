@@ -20,6 +20,9 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#ifndef RX_TILE_H /* emitted programs carry tile.h before this file */
+#include "tile.h"
+#endif
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_WAIT_NONE, RX_WAIT_FLAG, RX_WAIT_DATA, RX_WAIT_SPACE };
@@ -106,18 +109,9 @@ static inline int rx_block(RxCtx *x, RxWord *w, uint32_t seen, int kind, int id)
   return 0;
 }
 
-/*
-** Element range of chunks [idx, idx+cnt) of a buffer in micro-batch m. The
-** layout is MSCCL's: a block (count elements) is cut into nmicro slabs, and
-** every slab into `chunks` tiles, one per chunk; a transfer never crosses a
-** block. So micro-batch m of any chunk range lies in slab m, and a primitive
-** that waits for micro-batch m of another waits for exactly what it reads.
-*/
+/* Element range of chunks [idx, idx+cnt) of a buffer in micro-batch m (tile.h). */
 static inline void rx_tile(const RxRun *r, int idx, int cnt, int m, size_t *lo, size_t *n) {
-  size_t N = r->count, C = (size_t)r->chunks, M = (size_t)r->nmicro, s = (size_t)idx % C;
-  size_t slab = N * m / M, len = N * (m + 1) / M - slab;
-  *lo = (size_t)idx / C * N + slab + s * len / C;
-  *n = (s + cnt) * len / C - s * len / C;
+  rx_span(r->count, (size_t)r->chunks, (size_t)r->nmicro, r->esize, idx, cnt, m, lo, n);
 }
 
 static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
@@ -177,30 +171,6 @@ static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) 
   return 0;
 }
 
-/* Direct: write the tile straight into the receiver's (peer's) buffer and
-   count it on the connection; the receiver's RX_RECV_PUT only waits for it. */
-static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int dbuf, int didx, int cnt, int m) {
-  size_t lo, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  rx_tile(x->run, idx, cnt, m, &lo, &n);
-  rx_tile(x->run, didx, cnt, m, &dlo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    size_t w = n - k < per ? n - k : per;
-    memcpy(x->run->buf[peer * 3 + dbuf] + (dlo + k) * es, rx_at(x, buf, lo + k), w * es);
-    rx_push(x, cout);
-  }
-  return 0;
-}
-
-static inline int rx_recv_put(RxCtx *x, int cin, int cnt, int idx, int m) {
-  size_t lo, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x->run, idx, cnt, m, &lo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    if (!rx_slot_in(x, cin)) return 1;
-    rx_pop(x, cin);
-  }
-  return 0;
-}
-
 /* out = operand (+) in, elementwise; the operand may be out itself. `done`:
    this reduction completes the values, so avg divides them here, before
    they are stored or forwarded (see core.h). */
@@ -208,6 +178,43 @@ static inline void rx_combine(RxRun *r, char *out, const char *operand, const ch
   if (out != operand) memmove(out, operand, n * r->esize);
   r->reduce(out, in, n);
   if (done && r->post) r->post(out, n, r->nranks);
+}
+
+/*
+** Direct: write the tile straight into the receiver's (peer's) buffer at
+** (dbuf, didx) and count it on the connection. A plain send puts what it
+** reads; a copy-send (fwd) keeps a copy at (wbuf, widx) too. The receiver's
+** RX_RECV_PUT only waits for it, RX_RRC_PUT then reduces it where it landed.
+*/
+static inline int rx_put_tile(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf, int didx,
+                              int cnt, int m) {
+  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  rx_tile(x->run, didx, cnt, m, &dlo, &n);
+  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    const char *s = rx_at(x, buf, lo + k);
+    if (wbuf >= 0) s = memmove(rx_at(x, wbuf, wlo + k), s, w * es);
+    memcpy(x->run->buf[peer * 3 + dbuf] + (dlo + k) * es, s, w * es);
+    rx_push(x, cout);
+  }
+  return 0;
+}
+
+/* The receiving end of a put: wait for each piece; reduce it in place with
+   (ubuf, uidx) when ubuf >= 0 (every op is commutative). */
+static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt, int done, int m) {
+  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  rx_tile(x->run, widx, cnt, m, &lo, &n);
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    if (!rx_slot_in(x, cin)) return 1;
+    if (ubuf >= 0) rx_combine(x->run, rx_at(x, wbuf, lo + k), rx_at(x, wbuf, lo + k), rx_at(x, ubuf, ulo + k), w, done);
+    rx_pop(x, cin);
+  }
+  return 0;
 }
 
 /*
@@ -279,8 +286,11 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
-#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put(x, c, p, b, i, db, di, n, m)) return; } while (0)
-#define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, n, i, m)) return; } while (0)
+#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put_tile(x, c, p, b, i, -1, 0, db, di, n, m)) return; } while (0)
+#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) \
+  do { if (rx_put_tile(x, c, p, rb, ri, wb, wi, db, di, n, m)) return; } while (0)
+#define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, -1, 0, b, i, n, 0, m)) return; } while (0)
+#define RX_RRC_PUT(c, ub, ui, b, i, n, d) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)

@@ -265,7 +265,7 @@ typedef struct {
 */
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
-  uint8_t direct; /* a send that writes straight into the receiver's buffer, and its receive */
+  uint8_t direct; /* a (copy-)send that writes straight into the receiver's buffer, and its receive */
   uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */

@@ -67,13 +67,22 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
     }
     break;
   case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
-  case PR_RRC: call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done); break;
+  case PR_RRC:
+    call(b, p->direct ? "RX_RRC_PUT" : "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
   case PR_RRCS:
     call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
     break;
   case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
-  case PR_CS: call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
+  case PR_CS:
+    if (p->direct) {
+      const Prim *rp = &pl->p[pl->task_recv[p->tout]];
+      call(b, "RX_CS_PUT", "iibibibii", p->cout, rp->rank, p->rbuf, p->ridx, p->wbuf, p->widx, rp->wbuf, rp->widx, p->cnt);
+    } else {
+      call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);
+    }
+    break;
   case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
   default:
     call(b, "RX_REDUCE", "bibibiii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
@@ -124,11 +133,12 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   snprintf(num[3], 32, "%d", pl->ntbs);
   snprintf(num[4], 32, "%d", pl->nflags);
   prog_where(p, p->at, src, sizeof src);
-  /* The primitives: host.h, or for CUDA the runtime's ABI then cuda.cuh. */
-  const char *names[2] = {tg == EMIT_HOST ? "host.h" : "cuda_abi.h", tg == EMIT_HOST ? NULL : "cuda.cuh"};
+  /* The primitives: tile.h then host.h, or for CUDA the runtime's ABI, tile.h, cuda.cuh. */
+  const char *names[3] = {tg == EMIT_HOST ? "tile.h" : "cuda_abi.h", tg == EMIT_HOST ? "host.h" : "tile.h",
+                          tg == EMIT_HOST ? NULL : "cuda.cuh"};
   Buf prims;
   buf_init(&prims);
-  for (int i = 0; i < 2 && names[i]; i++) {
+  for (int i = 0; i < 3 && names[i]; i++) {
     const char *t = tpl_text(names[i]);
     if (!t) {
       buf_free(&body), buf_free(&prims);

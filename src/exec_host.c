@@ -41,7 +41,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
                      "completes %d of its %d chunks (record it as separate transfers)",
                      plan_task_where(pl, t, at, sizeof at), pl->complete[t], pl->dag.t[t].cnt);
     }
-  RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count};
+  RxRun run = {.chunks = pl->prog->chunks, .nmicro = o->nmicro, .count = o->count, .esize = dtype_size[o->dtype]};
   /* A buffered plan was verified with FIFOs that hold two tiles (verify.c); a
      tile streams through in slots, its last one maybe part full. */
   size_t per = o->slot_bytes / dtype_size[o->dtype], need = 0, tile = 0;
@@ -104,9 +104,13 @@ static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir,
   char path[700];
   Buf cmd, src;
   buf_init(&cmd), buf_init(&src);
-  snprintf(path, sizeof path, "%s/host.h", dir);
-  const char *prims = tpl_text("host.h");
-  rcStatus rc = prims && write_file(path, prims, strlen(prims)) ? RC_OK : err_set(e, RC_EEXEC, "cannot write %s", path);
+  rcStatus rc = RC_OK;
+  static const char *const headers[] = {"tile.h", "host.h"}; /* host.h includes tile.h */
+  for (int i = 0; i < 2 && rc == RC_OK; i++) {
+    const char *text = tpl_text(headers[i]);
+    snprintf(path, sizeof path, "%s/%s", dir, headers[i]);
+    if (!text || !write_file(path, text, strlen(text))) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
+  }
   for (int u = 0; u <= nunits && rc == RC_OK; u++) {
     src.n = 0;
     buf_puts(&src, "#include \"host.h\"\n");

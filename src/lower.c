@@ -360,12 +360,19 @@ rcStatus lower_run(Plan *pl, Err *e) {
   for (int i = 0, off = 0; i < pl->np; i++) pl->p[i].wait_off = off, pl->p[i].nwaits = cnt[i], off += cnt[i];
   free(cnt), free(w);
 
-  /* Direct: a plain send to a plain receive whose destination nothing on
-     the receiver touched before may write straight into it; the receive then
-     only waits for it. Executors that reach the peer's buffers do (emit.c). */
+  /* Direct: a send or copy-send to a receive, or a reduction with a
+     separate operand, whose destination nothing on the receiver touched
+     before may write straight into it; the receive then only waits for it
+     (and reduces it where it landed). Executors that reach the peer's
+     buffers do (emit.c). Forwarding receives keep their FIFOs. */
   for (int t = 0; t < n; t++) {
     int ps = pl->task_send[t], pr = pl->task_recv[t], first = 1;
-    if (ps == pr || pl->p[ps].kind != PR_SEND || pl->p[pr].kind != PR_RECV) continue;
+    if (ps == pr) continue;
+    const Prim *from = &pl->p[ps], *to = &pl->p[pr];
+    if (from->kind != PR_SEND && from->kind != PR_CS) continue;
+    if (to->kind != PR_RECV && !(to->kind == PR_RRC && (to->ubuf != to->wbuf || to->uidx >= to->widx + to->cnt ||
+                                                        to->widx >= to->uidx + to->cnt)))
+      continue;
     for (int k = d->pred_off[t]; k < d->pred_off[t + 1] && first; k++) first = d->prank[k] != d->t[t].dst;
     pl->p[ps].direct = pl->p[pr].direct = (uint8_t)first;
   }

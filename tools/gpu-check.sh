@@ -19,10 +19,13 @@ if [ -d .deps/debs ] && [ ! -f /usr/include/lua5.4/lua.h ]; then
   prefix="-DCMAKE_PREFIX_PATH=/opt/lua/usr -DLUA_INCLUDE_DIR=/opt/lua/usr/include/lua5.4"
   prefix="$prefix -DLUA_LIBRARY=/opt/lua/usr/lib/x86_64-linux-gnu/liblua5.4.so"
 fi
+t0=$(date +%s)
+took() { echo "($1: $(($(date +%s) - t0)) s since start)"; }
 nvidia-smi -L | tee "$out/gpus.txt"
 ngpu=$(nvidia-smi -L | grep -c GPU)
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${prefix:-} >"$out/build.log" 2>&1 &&
   cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+took build
 bin=build-gpu/resccl
 fail=0
 [ -f build-gpu/libresccl.so ] || { echo "libresccl was not built (no CUDA toolkit found)"; exit 1; }
@@ -73,6 +76,7 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   done
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
+took checks
 
 # Bandwidth: nccl-tests' table for each ring collective and the direct
 # all-to-all over every GPU, NCCL measured in the same run (resccl bench).
@@ -81,6 +85,7 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
     "$bin" bench "algorithms/$a.lua" -g "$ngpu" -b "${BMIN:-1M}" -e "${BMAX:-8G}" -f 2 -n 20 -w 5 \
       >"$out/bench-$a.txt" 2>&1 || fail=1
     cat "$out/bench-$a.txt"
+    took "bench $a"
   done
   echo "bench: $([ $fail = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
 fi

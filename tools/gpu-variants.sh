@@ -2,8 +2,9 @@
 # On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time
 # variants of the runtime's settings side by side with `resccl bench` (every
 # size checked), out-of-place busbw GB/s, NCCL from the same run last. A
-# variant is NAME|VAR=value,VAR=value (RESCCL_* knobs, docs/runtime.md).
-#   VARIANTS='base| ch16|RESCCL_NCHANNELS=16 u4|RESCCL_NVRTC_OPTIONS=-DRX_UNROLL=4' \
+# variant is NAME|VAR=value,VAR=value[|bench arguments, comma-separated]
+# (RESCCL_* knobs, docs/runtime.md; arguments such as --tb,merge).
+#   VARIANTS='base| ch16|RESCCL_NCHANNELS=16 merge||--tb,merge' \
 #   SIZES='8M 64M 512M' tools/gpu-variants.sh [OUTDIR]
 set -u
 out=${1:-/tmp/gpu-variants}
@@ -17,9 +18,11 @@ variants=${VARIANTS:-'base|'}
 for a in ${ALGS:-allreduce_ring allgather_ring reducescatter_ring}; do
   first=1
   for v in $variants; do
-    name=${v%%|*} envs=$(echo "${v#*|}" | tr ',' ' ')
+    name=${v%%|*} rest=${v#*|}
+    envs=$(echo "${rest%%|*}" | tr ',' ' ') args=
+    case $rest in *'|'*) args=$(echo "${rest#*|}" | tr ',' ' ') ;; esac
     for s in ${SIZES:-8M 64M 512M}; do
-      env $envs "$bin" bench "algorithms/$a.lua" -g 2 -b "$s" -e "$s" -n 10 -w 3 --inplace 0 \
+      env $envs "$bin" bench "algorithms/$a.lua" $args -g 2 -b "$s" -e "$s" -n 10 -w 3 \
         --nccl "$first" >"$out/$a-$name-$s.txt" 2>&1
     done
     first=0

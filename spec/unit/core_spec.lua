@@ -182,8 +182,8 @@ describe("avg", function()
   it("divides in the one reduction that completes each value", function()
     local resccl = require "resccl"
     local plan = assert(resccl.compile(resccl.load("algorithms/allreduce_ring.lua"):program { ranks = 4 }))
-    local reductions, done, partial = { RRC = true, RRCS = true, RRS = true, REDUCE = true }, 0, 0
-    for name, last in plan:emit("host"):gmatch "\n    RX_(%u+)%([^\n]*, (%d)%);" do
+    local reductions, done, partial = { RRC = true, RRC_PUT = true, RRCS = true, RRS = true, REDUCE = true }, 0, 0
+    for name, last in plan:emit("host"):gmatch "\n    RX_([%u_]+)%([^\n]*, (%d)%);" do
       if reductions[name] then
         if last == "1" then done = done + 1 else partial = partial + 1 end
       end

@@ -184,6 +184,7 @@ void rt_conf_env(RtConf *c) {
   c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 2 << 20);
   c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 16 << 20);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
+  c->direct = env_int("RESCCL_DIRECT", 1);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
 }
@@ -346,11 +347,14 @@ static char *slurp(const char *path, size_t *n) {
   return b;
 }
 
-/* The cubin of `src` for sm_<arch>: from the cache, else from NVRTC (then cached). */
-resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n) {
-  char cached[700];
-  const char *more = getenv("RESCCL_NVRTC_OPTIONS");
-  cache_path(cached, sizeof cached, src, arch, more ? more : "");
+/* The cubin of `src` for sm_<arch> and blocks of `threads`: from the cache,
+   else from NVRTC (then cached). */
+resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n) {
+  char cached[700], extra[512], bound[40];
+  /* The kernel's launch bound: registers are then budgeted for that many threads per block. */
+  snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
+  snprintf(extra, sizeof extra, "%s %s", bound, getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
+  cache_path(cached, sizeof cached, src, arch, extra);
   if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
   nvrtcProgram prog;
   if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
@@ -359,11 +363,9 @@ resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n) {
   const char *home = getenv("CUDA_HOME");
   snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
   snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
-  /* RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
+  /* The bound, then RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
   const char *opts[24] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
   int nopt = 5;
-  char extra[512] = "";
-  snprintf(extra, sizeof extra, "%s", getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
   for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
     opts[nopt++] = tok;
   double t0 = (double)clock();
@@ -406,10 +408,16 @@ static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes) {
 
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
+  /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
+     10-30% more than 24, BENCHMARKS.md); virtual ranks share theirs. */
   int maxtb = 1;
-  for (int r = 0; r < v->nranks; r++) maxtb = v->ntb[r] > maxtb ? v->ntb[r] : maxtb;
-  int K = v->nchan = cf->nchan > 0 ? cf->nchan : (24 / maxtb > 0 ? 24 / maxtb : 1);
-  /* FIFOs: slots and tail with the receiver, head with the sender. */
+  for (int d = 0; d < g->ndevs; d++) {
+    int tbs = 0;
+    for (int r = 0; r < v->nranks; r++) tbs += g->comms[r].d == d ? v->ntb[r] : 0;
+    maxtb = tbs > maxtb ? tbs : maxtb;
+  }
+  int K = v->nchan = cf->nchan > 0 ? cf->nchan : (32 / maxtb > 0 ? 32 / maxtb : 1);
+  /* FIFOs: slots, tail and taken with the receiver, head and sent with the sender. */
   int nf = v->nconn * K;
   RxFifo *fifo = calloc((size_t)nf + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
@@ -418,8 +426,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(dst->cudev));
     TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes));
     TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long)));
+    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long)));
     CU(cudaSetDevice(src->cudev));
     TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long)));
+    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long)));
   }
   /* Per rank, a word in its GPU's memory: the call its kernel runs (direct sends wait for it). */
   unsigned **started = calloc((size_t)v->nranks, sizeof *started);
@@ -437,7 +447,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev[d]));
     char *cubin;
     size_t n;
-    TRY(rt_cubin(v->src, major * 10 + minor, &cubin, &n));
+    TRY(rt_cubin(v->src, major * 10 + minor, cf->threads, &cubin, &n));
     CUresult cr = drv.load(&v->dev[d].mod, cubin);
     free(cubin);
     CUDRV(cr);
@@ -500,10 +510,11 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
   if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 32 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
-      conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0)
+      conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
+      (conf->direct != 0 && conf->direct != 1))
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_THREADS "
                    "a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
-                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_TIMEOUT >= 0)");
+                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf);
@@ -548,7 +559,7 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   return resccl_success;
 }
 
-resccl_result_t rt_plan_build(const char *path, int arch) {
+resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan p;
@@ -558,7 +569,7 @@ resccl_result_t rt_plan_build(const char *path, int arch) {
   while ((rc = read_variant(f, path, &p, &v)) == resccl_success && v) {
     char *cubin;
     size_t len;
-    rc = rt_cubin(v->src, arch, &cubin, &len);
+    rc = rt_cubin(v->src, arch, threads, &cubin, &len);
     variant_free(NULL, v);
     if (rc != resccl_success) break;
     free(cubin), n++;
@@ -681,12 +692,11 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
      each still moves tile_bytes / 8, so that mid sizes pipeline too (on
      2xH200 this beat any fixed tile from 8 MiB to 512 MiB, BENCHMARKS.md);
      and a FIFO holds the tiles the plan was verified with. */
-  size_t chunk = count * es / (size_t)v->chunks + 1, tile = p->conf.tile_bytes;
+  size_t chunk = (count * es + (size_t)v->chunks - 1) / (size_t)v->chunks, tile = p->conf.tile_bytes;
   size_t nm = (chunk + tile - 1) / tile, pipe = chunk / (tile / 8 ? tile / 8 : 1);
   if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
   if (p->conf.nmicro > 0) nm = (size_t)p->conf.nmicro;
-  /* Every channel's slice of a tile fits one slot: on 2xH200 slices that
-     took two slots ran at 20 GB/s from 128 MiB up (BENCHMARKS.md). */
+  /* Every channel's slice of a tile fits one slot: one handshake per slice. */
   size_t room = p->conf.slot_bytes > 64 ? (p->conf.slot_bytes - 64) * (size_t)v->nchan : 1;
   size_t whole = ((size_t)v->maxcnt * chunk + room - 1) / room;
   if (nm < whole) nm = whole;
@@ -774,7 +784,7 @@ static resccl_result_t launch(Call *calls, int n) {
         for (int b = 0; b < 3; b++) a.buf[calls[j].comm->rank][b] = calls[j].buf[b];
         present++;
       }
-    a.direct = present == c->v->nranks;
+    a.direct = present == c->v->nranks && c->plan->conf.direct;
     if (a.direct && first[i] == i) c->v->calls++;
     a.call = c->v->calls;
     if (!a.direct) memset(a.buf, 0, sizeof a.buf);

@@ -9,23 +9,24 @@
 #include "resccl.h"
 
 typedef struct {
-  int nchan;          /* blocks per TB; 0: enough for about 24 blocks per GPU */
+  int nchan;          /* blocks per TB; 0: about 32 blocks on the busiest GPU */
   int threads;        /* per block */
   int nslots;         /* FIFO slots per connection and channel */
   size_t slot_bytes;  /* bytes per slot */
   size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
   int nmicro;         /* micro-batches per call; 0: from tile_bytes */
+  int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
   double timeout_s;   /* a wait longer than this stops the call; 0 = never */
 } RtConf;
 
 /* RESCCL_NCHANNELS, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
-   RESCCL_TIMEOUT (seconds). */
+   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds). */
 void rt_conf_env(RtConf *c);
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
-/* The cubin of a kernel source for sm_<arch> (NVRTC, cached on disk); no GPU needed. */
-resccl_result_t rt_cubin(const char *src, int arch, char **cubin, size_t *n);
+/* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
+resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n);
 /* Build every placement of a plan file for sm_<arch>: the check CI can run without a GPU. */
-resccl_result_t rt_plan_build(const char *path, int arch);
+resccl_result_t rt_plan_build(const char *path, int arch, int threads);
 /* Record the message of a failure and return its code. */
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
 
