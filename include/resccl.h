@@ -8,8 +8,8 @@
 ** communicator loads it for every communicator of the same init_all call,
 ** builds the kernel (NVRTC, cached on disk by source hash and GPU arch) and
 ** allocates its FIFOs once. A collective call then enqueues one kernel on
-** the caller's stream, asynchronously, as NCCL does (not yet capturable into
-** a CUDA graph: each call's counters are kernel arguments). Calls between resccl_group_start and resccl_group_end are
+** the caller's stream, asynchronously, as NCCL does; it may be captured into
+** a CUDA graph (the kernels count calls in device memory). Calls between resccl_group_start and resccl_group_end are
 ** launched together: one kernel per GPU holding all of that GPU's ranks, which
 ** is required when ranks share a GPU and lets one thread drive many GPUs.
 **

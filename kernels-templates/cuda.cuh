@@ -36,6 +36,7 @@ typedef struct {
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
   unsigned long long ready; /* thread 0: peers known to run this call (direct sends) */
+  unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
@@ -242,7 +243,7 @@ __device__ static inline void rx_move(const RxArgs *r, char *out, const char *op
 }
 
 __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
-  unsigned spins = 0, want = x->a->base + (unsigned)m + 1;
+  unsigned spins = 0, want = x->base + (unsigned)m + 1;
   if (threadIdx.x == 0)
     while ((int)(*(volatile unsigned *)rx_flag(x, f) - want) < 0 && !rx_give_up(x, &spins)) {
     }
@@ -253,7 +254,7 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    *(volatile unsigned *)rx_flag(x, f) = x->a->base + (unsigned)m + 1;
+    *(volatile unsigned *)rx_flag(x, f) = x->base + (unsigned)m + 1;
   }
 }
 
@@ -346,7 +347,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
 /* The kernel of this rank runs call `call`: peers may now write into its buffers. */
 __device__ static inline void rx_started(RxCtx *x) {
   __threadfence_system();
-  *(volatile unsigned *)x->run->started[x->rank] = x->a->call;
+  *(volatile unsigned *)x->run->started[x->rank] = x->call;
 }
 
 __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
@@ -380,7 +381,7 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
   __shared__ unsigned long long s_seq;
   if (threadIdx.x == 0) {
     unsigned spins = 0;
-    while (!(x->ready >> peer & 1) && (int)(*(volatile unsigned *)x->run->started[peer] - x->a->call) < 0 &&
+    while (!(x->ready >> peer & 1) && (int)(*(volatile unsigned *)x->run->started[peer] - x->call) < 0 &&
            !rx_give_up(x, &spins)) {
     }
     x->ready |= 1ull << peer;
@@ -457,11 +458,15 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_PROGRAM_BEGIN(n) \
   extern "C" __global__ void __launch_bounds__(RX_THREADS) rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
-    RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x], 0, 0, 0}; \
-    if (a.direct && ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
+    RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x]}; \
+    ctx.base = run->epoch[2 * blockIdx.x], ctx.call = run->epoch[2 * blockIdx.x + 1] + 1; \
+    if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
     RxCtx *x = &ctx; \
     switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;
-#define RX_PROGRAM_END default: break; } }
+/* The block counts the call (every block of a launch runs every call of its GPU). */
+#define RX_PROGRAM_END default: break; } \
+    __syncthreads(); \
+    if (threadIdx.x == 0) run->epoch[2 * blockIdx.x] = x->base + (unsigned)a.nmicro, run->epoch[2 * blockIdx.x + 1] = x->call; }
 
 #endif

@@ -45,6 +45,7 @@ typedef struct RxRun {
   const int *block_tb;
   const int *block_chan;
   unsigned *const *started; /* per rank: the call its kernel runs, in that rank's memory (direct sends) */
+  unsigned *epoch;         /* per block of the launch, [2b]: micro-batches of the calls before, [2b+1]: those calls */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
 } RxRun;
 
@@ -52,12 +53,12 @@ typedef struct RxRun {
 
 /* One call, passed by value: buffers by rank (this GPU's ranks, or every
    rank when all were called together: then `direct` sends may write into
-   peers' buffers), sizes, and where this call's flag counts start. */
+   peers' buffers) and sizes. Nothing in it counts calls (each block keeps
+   its own count in RxRun.epoch), so a captured CUDA graph replays right. */
 typedef struct RxArgs {
   const RxRun *run;
   char *buf[RX_MAXRANKS][3];
   size_t count, esize;
-  unsigned base, call;
   int nranks, nmicro, dtype, op, direct;
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
 } RxArgs;

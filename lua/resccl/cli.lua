@@ -65,7 +65,8 @@ sim options:
   --baseline msccl|nccl  also simulate the MSCCL model (connection TBs,
                          algorithm-level, 2 channels, interpreter) or
                          NCCL's ring with its channels
-  --channels N           channels of the baseline
+  --channels N           channels of the baseline (channels=K: ours, as the
+                         GPU runtime runs each TB as K blocks)
   --tile S               bytes a primitive call moves of one chunk (1M)
   --depth N              FIFO depth of a connection in tiles (4)
   --trace FILE           Chrome trace-event JSON of the run (Perfetto)
@@ -407,7 +408,8 @@ function M.sim(o)
   local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
   local alg, prog, topo = build(o)
   local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order,
-    channels = o.channels, tile = tile, depth = o.depth, nmicro = tonumber(o.args.nmicro),
+    channels = o.channels, ours_channels = tonumber(o.args.channels), tile = tile, depth = o.depth,
+    nmicro = tonumber(o.args.nmicro),
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
   local results, series = {}, {}

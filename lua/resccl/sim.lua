@@ -80,10 +80,11 @@ end
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
----@param o table {sched=, tb=, fuse=, inplace=, order=, channels=}
+---@param o table {sched=, tb=, fuse=, inplace=, order=, channels=, ours_channels=}
 function M.plan(variant, prog, topo, o)
   local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order }
-  local sopts = { instances = 1 }
+  -- ours: one instance, or the GPU runtime's channels (each a slice of every tile)
+  local sopts = { instances = o.ours_channels or 1 }
   if variant == "msccl" then
     copts.tb, copts.order = "conn", "algorithm"
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN

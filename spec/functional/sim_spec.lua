@@ -13,6 +13,19 @@ describe("resccl sim", function()
     assert.matches("# ours / msccl at 64 MiB: [%d.]+x busbw, 8 vs 16 TBs per rank", out)
   end)
 
+  it("runs ours as the GPU runtime does, each TB as channels=K blocks", function()
+    local bw = {}
+    for _, k in ipairs { 1, 16 } do
+      local code, out = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "topo=h200:2", "channels=" .. k,
+        "--size", "1G", "--json" }
+      assert.equal(0, code, out)
+      local r = cjson.decode(out)
+      bw[k] = r.sim.busbw_gbps
+      assert.equal(2 * k, #r.sim.tbs / 2) -- per rank: 2 TBs x K channels
+    end
+    assert.is_true(bw[16] > 8 * bw[1], ("%g vs %g"):format(bw[16], bw[1]))
+  end)
+
   it("adds a sim object to the JSON report", function()
     local code, out = h.cli { "sim", "algorithms/allreduce_hm.lua", "topo=a100:2x4", "--size", "32M", "--json",
       "--baseline", "nccl" }

@@ -7,9 +7,10 @@
 ** writes it), builds each placement's kernel with NVRTC for every GPU's arch
 ** (cubins cached on disk), and allocates what lives as long as the plan:
 ** per connection and channel a FIFO in the receiver's memory, per GPU the
-** flags and the block tables. A call only fills the kernel argument (RxArgs,
-** kernels-templates/cuda_abi.h) and launches, so it is asynchronous and
-** capturable. Inside resccl_group_start/end calls are queued and launched
+** flags, the block tables and each block's count of the calls it ran. A
+** call only fills the kernel argument (RxArgs, kernels-templates/cuda_abi.h)
+** and launches: it is asynchronous, and a CUDA graph that captured it
+** replays it right (the kernels count the calls, not the host). Inside resccl_group_start/end calls are queued and launched
 ** per GPU together, so that ranks sharing a GPU run in one kernel.
 */
 #define _GNU_SOURCE
@@ -138,9 +139,7 @@ typedef struct {
     CUfunction fn;
     RxRun *run;       /* device copy */
     int nblocks;
-    unsigned base;    /* flag counts start here for the next call */
   } dev[MAXDEV];
-  unsigned calls;     /* calls launched with every rank together (RxArgs.call) */
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
   char **scratch;     /* per rank, grown on demand */
@@ -479,6 +478,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * (size_t)v->nranks));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * K + 1)));
+    TRY(dev_alloc(v, &run.epoch, sizeof(unsigned) * 2 * (size_t)nb));
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
@@ -737,7 +737,7 @@ static resccl_result_t launch(Call *calls, int n) {
   /* The k-th call of a rank on a plan belongs to the plan's k-th collective
      of the group; first[i] is that collective's first call. When every rank
      of the plan is in it, its kernels get every rank's buffers (direct
-     sends) and one call number. */
+     sends). */
   int *first = malloc(sizeof(int) * (size_t)n), *occ = calloc((size_t)n, sizeof(int));
   for (int i = 0; i < n; i++) {
     first[i] = i;
@@ -777,7 +777,7 @@ static resccl_result_t launch(Call *calls, int n) {
     RxArgs a;
     memset(&a, 0, sizeof a);
     a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.dtype = c->dtype,
-    a.op = c->op, a.base = c->v->dev[d].base, a.nranks = c->v->nranks;
+    a.op = c->op, a.nranks = c->v->nranks;
     int present = 0;
     for (int j = 0; j < n; j++)
       if (first[j] == first[i]) {
@@ -785,8 +785,6 @@ static resccl_result_t launch(Call *calls, int n) {
         present++;
       }
     a.direct = present == c->v->nranks && c->plan->conf.direct;
-    if (a.direct && first[i] == i) c->v->calls++;
-    a.call = c->v->calls;
     if (!a.direct) memset(a.buf, 0, sizeof a.buf);
     a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
     int ranks = 0;
@@ -823,7 +821,6 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_unhandled_cuda_error, "%s: launch on GPU %d: %s", c->plan->coll, g->dev[d], s);
       break;
     }
-    c->v->dev[d].base += (unsigned)c->nmicro;
     if (debug_level() > 1)
       fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
