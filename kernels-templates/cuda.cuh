@@ -326,8 +326,8 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                             int done, int m) {
   size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
-  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
+  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n); /* the size of what arrives */
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long in_seq, out_seq = 0;
@@ -375,10 +375,11 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
                                            int didx, int cnt, int m) {
   if (!x->a->direct) return wbuf >= 0 ? rx_copy_send(x, cout, buf, idx, wbuf, widx, cnt, m) : rx_send(x, cout, buf, idx, cnt, m);
   size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->a->esize;
-  rx_tile(x, idx, cnt, m, &lo, &n);
-  rx_tile(x, didx, cnt, m, &dlo, &n);
   if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
+  rx_tile(x, idx, cnt, m, &lo, &n);
+  rx_tile(x, didx, cnt, m, &dlo, &n); /* the size of what lands */
   __shared__ unsigned long long s_seq;
+  __shared__ int s_stop;
   if (threadIdx.x == 0) {
     unsigned spins = 0;
     while (!(x->ready >> peer & 1) && (int)(*(volatile unsigned *)x->run->started[peer] - x->call) < 0 &&
@@ -386,8 +387,10 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
     }
     x->ready |= 1ull << peer;
     s_seq = rx_ld(rx_fifo(x, cout)->sent);
+    s_stop = x->stopped;
   }
   __syncthreads();
+  if (s_stop) return; /* the peer may still be in its previous call: leave its buffers alone */
   unsigned long long seq = s_seq;
   char *dst = x->a->buf[peer][dbuf];
   for (size_t k = 0; k < n; k += per, seq++) {
@@ -405,8 +408,8 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
                                                 int done, int m) {
   if (!x->a->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
   size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
-  rx_tile(x, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
+  rx_tile(x, widx, cnt, m, &lo, &n); /* the size of what lands */
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
@@ -424,9 +427,9 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
 __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                              int done, int m) {
   size_t slo, ulo = 0, dlo, n;
+  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   rx_tile(x, ridx, cnt, m, &slo, &n);
   rx_tile(x, widx, cnt, m, &dlo, &n);
-  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
   rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, done, NULL);
   __syncthreads();
 }

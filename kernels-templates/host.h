@@ -39,6 +39,7 @@ typedef struct {
 
 typedef struct RxRun {
   int nranks, chunks, nmicro, nslots, timeout_ms;
+  int direct;              /* puts write into the peer's buffer; 0: through the FIFOs */
   size_t count, esize, slot_bytes;
   char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH] */
   RxFifo *fifo;            /* per connection */
@@ -181,43 +182,6 @@ static inline void rx_combine(RxRun *r, char *out, const char *operand, const ch
 }
 
 /*
-** Direct: write the tile straight into the receiver's (peer's) buffer at
-** (dbuf, didx) and count it on the connection. A plain send puts what it
-** reads; a copy-send (fwd) keeps a copy at (wbuf, widx) too. The receiver's
-** RX_RECV_PUT only waits for it, RX_RRC_PUT then reduces it where it landed.
-*/
-static inline int rx_put_tile(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf, int didx,
-                              int cnt, int m) {
-  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  rx_tile(x->run, idx, cnt, m, &lo, &n);
-  rx_tile(x->run, didx, cnt, m, &dlo, &n);
-  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    size_t w = n - k < per ? n - k : per;
-    const char *s = rx_at(x, buf, lo + k);
-    if (wbuf >= 0) s = memmove(rx_at(x, wbuf, wlo + k), s, w * es);
-    memcpy(x->run->buf[peer * 3 + dbuf] + (dlo + k) * es, s, w * es);
-    rx_push(x, cout);
-  }
-  return 0;
-}
-
-/* The receiving end of a put: wait for each piece; reduce it in place with
-   (ubuf, uidx) when ubuf >= 0 (every op is commutative). */
-static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt, int done, int m) {
-  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
-  rx_tile(x->run, widx, cnt, m, &lo, &n);
-  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    size_t w = n - k < per ? n - k : per;
-    if (!rx_slot_in(x, cin)) return 1;
-    if (ubuf >= 0) rx_combine(x->run, rx_at(x, wbuf, lo + k), rx_at(x, wbuf, lo + k), rx_at(x, ubuf, ulo + k), w, done);
-    rx_pop(x, cin);
-  }
-  return 0;
-}
-
-/*
 ** Receive into (wbuf, widx): copy, or reduce with the operand (ubuf, uidx)
 ** when ubuf >= 0; then forward what was written on cout when cout >= 0.
 ** wbuf < 0 keeps nothing: the result goes straight into the outgoing slot.
@@ -225,8 +189,8 @@ static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, i
 static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt, int done,
                           int m) {
   size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &lo, &n);
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &lo, &n); /* the size of what arrives */
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     const char *s = rx_slot_in(x, cin);
@@ -261,14 +225,54 @@ static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf,
   return 0;
 }
 
+/*
+** Direct: write the tile straight into the receiver's (peer's) buffer at
+** (dbuf, didx) and count it on the connection. A plain send puts what it
+** reads; a copy-send (fwd) keeps a copy at (wbuf, widx) too. The receiver's
+** RX_RECV_PUT only waits for it, RX_RRC_PUT then reduces it where it landed.
+** Without `direct` (the runtime's RESCCL_DIRECT=0) they use the FIFOs.
+*/
+static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf, int didx,
+                              int cnt, int m) {
+  if (!x->run->direct) return wbuf >= 0 ? rx_copy_send(x, cout, buf, idx, wbuf, widx, cnt, m) : rx_send(x, cout, buf, idx, cnt, m);
+  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
+  rx_tile(x->run, idx, cnt, m, &lo, &n);
+  rx_tile(x->run, didx, cnt, m, &dlo, &n); /* the size of what lands */
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    const char *s = rx_at(x, buf, lo + k);
+    if (wbuf >= 0) s = memmove(rx_at(x, wbuf, wlo + k), s, w * es);
+    memcpy(x->run->buf[peer * 3 + dbuf] + (dlo + k) * es, s, w * es);
+    rx_push(x, cout);
+  }
+  return 0;
+}
+
+/* The receiving end of a put: wait for each piece; reduce it in place with
+   (ubuf, uidx) when ubuf >= 0 (every op is commutative). */
+static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt, int done, int m) {
+  if (!x->run->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
+  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
+  rx_tile(x->run, widx, cnt, m, &lo, &n); /* the size of what lands */
+  for (size_t k = 0; k < n; k += per) {
+    size_t w = n - k < per ? n - k : per;
+    if (!rx_slot_in(x, cin)) return 1;
+    if (ubuf >= 0) rx_combine(x->run, rx_at(x, wbuf, lo + k), rx_at(x, wbuf, lo + k), rx_at(x, ubuf, ulo + k), w, done);
+    rx_pop(x, cin);
+  }
+  return 0;
+}
+
 /* Local copy, or reduce (out = operand (+) source) when ubuf >= 0. */
 static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt, int done,
                            int m) {
-  size_t slo, ulo, dlo, n;
+  size_t slo, ulo = 0, dlo, n;
+  if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   rx_tile(x->run, ridx, cnt, m, &slo, &n);
   rx_tile(x->run, widx, cnt, m, &dlo, &n);
   if (ubuf >= 0) {
-    rx_tile(x->run, uidx, cnt, m, &ulo, &n);
     rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), rx_at(x, rbuf, slo), n, done);
   } else {
     memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), n * x->run->esize);
@@ -286,9 +290,9 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
-#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put_tile(x, c, p, b, i, -1, 0, db, di, n, m)) return; } while (0)
+#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put(x, c, p, b, i, -1, 0, db, di, n, m)) return; } while (0)
 #define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) \
-  do { if (rx_put_tile(x, c, p, rb, ri, wb, wi, db, di, n, m)) return; } while (0)
+  do { if (rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m)) return; } while (0)
 #define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRC_PUT(c, ub, ui, b, i, n, d) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)

@@ -475,6 +475,7 @@ typedef struct {
   int nslots;        /* FIFO slots per connection; 0: two, or for a buffered plan the fewest that hold two tiles */
   size_t slot_bytes; /* bytes per FIFO slot */
   int timeout_ms;    /* no progress for this long = stuck */
+  int direct;        /* 1: direct sends write into the peer's buffer; 0: they use the FIFOs too */
   const char *cc;    /* C compiler, default $CC or "cc" */
 } ExecOpts;
 

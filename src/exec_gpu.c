@@ -67,6 +67,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
                   .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
                   .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = oo.nslots,
                   .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = g->nchan > 0 ? g->nchan : 1,
+                  .direct = o->direct,
                   /* the runtime's smallest slot: 4 KiB, whole 16-byte vectors */
                   .slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16,
                   .timeout_s = (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1e3};

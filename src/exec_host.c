@@ -62,7 +62,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
                    pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged", tile, need / 2, per, o->nslots);
   for (int t = 0; t < pl->dag.n; t++) {
     const Task *k = &pl->dag.t[t];
-    if (!same_size(&run, k->sidx, k->didx, k->cnt)) {
+    if (!same_size(&run, k->sidx, k->didx, k->cnt) || (k->op != OP_COPY && !same_size(&run, k->oidx, k->didx, k->cnt))) {
       char at[300];
       return err_set(e, RC_ESIZE, "%s: count %zu does not split evenly into %d chunks per block, as this transfer "
                      "needs (%s chunk %d -> %s chunk %d)", plan_task_where(pl, t, at, sizeof at), o->count,
@@ -193,6 +193,7 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   RC_CHECK(exec_check_sizes(pl, &oo, e));
   RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = oo.nslots, .count = N, .esize = es,
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
+               .direct = o->direct,
                .reduce = data_reducer(o->dtype, o->op), .post = data_post(o->dtype, o->op)};
   RC_CHECK(program(pl, o, e));
   const RxRank *prog = dlsym(pl->host_so, "rx_program");

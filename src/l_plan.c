@@ -184,7 +184,7 @@ static int l_name(lua_State *L, const Names *nm) {
 static int l_dtype(lua_State *L) { return l_name(L, &dtypes); }
 static int l_redop(lua_State *L) { return l_name(L, &redops); }
 
-/* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=,
+/* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=, direct=,
               gpu=, ndev=, threads=, iters=, channels=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
@@ -204,6 +204,7 @@ static int l_plan_exec(lua_State *L) {
   lua_getfield(L, 2, "timeout_ms");
   o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
   lua_pop(L, 5);
+  o.direct = l_optbool(L, 2, "direct", 1);
   GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 512), (int)l_optnum(L, 2, "iters", 0),
                (int)l_optnum(L, 2, "channels", 1)};
   ExecResult r;

@@ -87,7 +87,8 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
 h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
 f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
-op=sum|prod|max|min|avg, and the algorithm's own parameters.
+op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
+the algorithm's own parameters.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
@@ -228,7 +229,7 @@ local function exec_args(o)
     dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
     slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
     gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
-    threads = tonumber(a.threads), channels = tonumber(a.channels),
+    threads = tonumber(a.threads), channels = tonumber(a.channels), direct = a.direct ~= "0",
   }
 end
 

@@ -24,6 +24,7 @@ local KEYS = {
 M.RUN_ARGS = {
   ranks = true, topo = true, nmicro = true, count = true, dtype = true, op = true,
   slots = true, slot_bytes = true, timeout_ms = true, ndev = true, iters = true, threads = true, channels = true,
+  direct = true,
 }
 
 -- Steps before and after any the author can write: placement copies.

@@ -130,7 +130,7 @@ describe("bad input", function()
     code, out = h.cli { "run", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual", "--order", "algorithm",
       "slots=1", "slot_bytes=64" }
     assert.equal(1, code)
-    assert.matches("exec%s+FAILED: hand%-placed TBs need FIFOs of two tiles: a tile of 1027 elements fills 65 " ..
+    assert.matches("exec%s+FAILED: hand%-placed TBs need FIFOs of two tiles: a tile of 1364 elements fills 86 " ..
       "slots of 16, a FIFO has 1 %(raise slots or slot_bytes, or nmicro%)", out)
   end)
 

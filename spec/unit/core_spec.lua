@@ -178,6 +178,22 @@ describe("copy elision", function()
   end)
 end)
 
+describe("direct sends", function()
+  it("write into the peer's buffer, or go through the FIFOs with direct = false, mixed on one connection", function()
+    local resccl = require "resccl"
+    for _, name in ipairs { "allreduce_ring", "allgather_ring", "reducescatter_ring" } do
+      for _, ranks in ipairs { 2, 4 } do
+        local plan = assert(resccl.compile(resccl.load("algorithms/" .. name .. ".lua"):program { ranks = ranks }))
+        local code = plan:emit "host"
+        assert.matches("RX_[A-Z_]*PUT%(", code) -- some transfer is direct
+        for _, direct in ipairs { true, false } do
+          assert.equal(0, assert(plan:exec { count = 4099, nmicro = 5, direct = direct, dtype = "f16" }).wrong)
+        end
+      end
+    end
+  end)
+end)
+
 describe("avg", function()
   it("divides in the one reduction that completes each value", function()
     local resccl = require "resccl"

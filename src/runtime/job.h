@@ -16,7 +16,7 @@ typedef struct {
   int dtype, op;             /* resccl_datatype_t, resccl_red_op_t */
   size_t count, esize;
   size_t elems[3];           /* elements per rank of input, output, scratch */
-  int nmicro, nslots, threads, iters, nchan;
+  int nmicro, nslots, threads, iters, nchan, direct;
   size_t slot_bytes;
   double timeout_s;
   char **init;               /* [rank*3 + buf]: initial contents, host memory */

@@ -28,6 +28,7 @@
 
 #include "runtime.h"
 #include "../../kernels-templates/cuda_abi.h"
+#include "../../kernels-templates/tile.h"
 
 /* ------------------------------------------------------------ errors */
 
@@ -436,6 +437,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(g->comms[r].cudev));
     TRY(dev_alloc(v, &started[r], sizeof(unsigned)));
   }
+  if (v->fifo_tiles > cf->nslots)
+    return rt_fail(resccl_invalid_usage, "plan %s needs FIFOs of %d slots (it was verified with connections that "
+                   "hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place", v->fifo_tiles,
+                   v->fifo_tiles);
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
@@ -690,23 +695,27 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream};
   /* Micro-batches: at most tile_bytes of a chunk each, and at least 4 while
      each still moves tile_bytes / 8, so that mid sizes pipeline too (on
-     2xH200 this beat any fixed tile from 8 MiB to 512 MiB, BENCHMARKS.md);
-     and a FIFO holds the tiles the plan was verified with. */
+     2xH200 this beat any fixed tile from 8 MiB to 512 MiB, BENCHMARKS.md). */
   size_t chunk = (count * es + (size_t)v->chunks - 1) / (size_t)v->chunks, tile = p->conf.tile_bytes;
   size_t nm = (chunk + tile - 1) / tile, pipe = chunk / (tile / 8 ? tile / 8 : 1);
   if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
   if (p->conf.nmicro > 0) nm = (size_t)p->conf.nmicro;
-  /* Every channel's slice of a tile fits one slot: one handshake per slice. */
-  size_t room = p->conf.slot_bytes > 64 ? (p->conf.slot_bytes - 64) * (size_t)v->nchan : 1;
-  size_t whole = ((size_t)v->maxcnt * chunk + room - 1) / room;
+  /* Every channel's slice of a tile fits one slot, so that a handshake moves
+     a slice and a FIFO of fifo_tiles slots holds the tiles a buffered plan
+     was verified with. tile.h's slabs hold at most ceil(U / slabs) units of
+     a vector per chunk, plus one slab for a leftover; a tile of maxcnt
+     chunks is that many vectors each, shared by the channels. */
+  size_t units = count / (rx_vec(es) * (size_t)v->chunks), rest = units * rx_vec(es) * (size_t)v->chunks < count;
+  size_t cap = p->conf.slot_bytes / 16 * (size_t)v->nchan / (size_t)(v->maxcnt > 0 ? v->maxcnt : 1);
+  if (cap < 1) cap = 1;
+  size_t whole = (units + cap - 1) / cap + rest;
   if (nm < whole) nm = whole;
-  if (v->fifo_tiles) {
-    size_t fifo = (size_t)p->conf.nslots * p->conf.slot_bytes * (size_t)v->nchan;
-    size_t need = ((size_t)v->fifo_tiles * (size_t)v->maxcnt * (chunk + 64 * (size_t)v->nchan) + fifo - 1) / fifo;
-    if (nm < need) nm = need;
-  }
   c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
-  if (v->bufchunks[2]) TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, &c.buf[2]));
+  if (v->bufchunks[2]) {
+    TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, &c.buf[2]));
+    for (int i = 0; i < group.n; i++) /* queued calls of this rank use the grown buffer too */
+      if (group.q[i].v == v && group.q[i].comm == comm) group.q[i].buf[2] = c.buf[2];
+  }
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
     Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
