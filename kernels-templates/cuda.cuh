@@ -9,8 +9,9 @@
 ** the whole block moves the data (16-byte vectors when aligned), thread 0
 ** publishes after a system-scope fence. Flags order primitives of one rank
 ** that sit on different TBs. Every TB of a launch must be resident at once.
-** Primitives and TB bodies are not inlined: a tile is large, a call is cheap,
-** and a 32-rank program stays quick to compile.
+** Primitives, TB bodies and the data movers (one per dtype) are not
+** inlined: a tile is large, a call is cheap, and a program stays quick to
+** compile (inlined movers took NVRTC three times as long).
 **
 ** Channels: one TB cannot fill an NVLink bundle, so every TB of the plan runs
 ** as `nchan` blocks, block k moving slice k of every tile over its own FIFO
@@ -126,10 +127,10 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 #endif
 
 /* 16-byte loads in flight per thread, for reductions (two operands) and
-   copies. On 2xH200, 16 for reductions gained 10-15% on reduce-scatter but
-   tripled NVRTC's time per plan (about 50 s), and 16 for copies lost 7% on
-   all-gather (BENCHMARKS.md); -DRX_UNROLL=16 in RESCCL_NVRTC_OPTIONS asks for
-   it, and the launch bound keeps it within RX_THREADS threads' registers. */
+   copies. On 2xH200, 16 for reductions gained 11-15% on reduce-scatter
+   from 128 MiB and 16 for copies lost 7% on all-gather (BENCHMARKS.md), and
+   16 takes NVRTC 2.4x as long; -DRX_UNROLL=16 in RESCCL_NVRTC_OPTIONS asks
+   for it, and the launch bound keeps it within RX_THREADS threads' registers. */
 #ifndef RX_UNROLL
 #define RX_UNROLL 8
 #endif
@@ -138,7 +139,7 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 #endif
 
 /* Plain copies of aligned data go 16 bytes at a time, several loads in flight. */
-__device__ static inline void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
+__device__ static __noinline__ void rx_copy16(char *out, const char *in, size_t bytes, char *fwd) {
   size_t head = 0;
   if (((uintptr_t)out | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
     int4 *o = (int4 *)out, *f = (int4 *)fwd;
@@ -178,7 +179,7 @@ template <typename T> __device__ static inline T rx_red(int op, int div, T a, T 
 /* out[i] = operand[i] (+) in[i], divided by div unless it is 0; the block
    strides, V elements per 16-byte access when aligned. */
 template <typename T>
-__device__ static inline void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, int div, T *fwd) {
+__device__ static __noinline__ void rx_move_t(T *out, const T *operand, const T *in, size_t n, int op, int div, T *fwd) {
   const int V = 16 / sizeof(T);
   size_t head = 0;
   if (((uintptr_t)out | (uintptr_t)operand | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
