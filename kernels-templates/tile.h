@@ -36,6 +36,33 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
   return k >= M ? N : k >= K ? A : rx_cut(A, u, k, K);
 }
 
+/* The GPU runtime's default tile (bytes of a chunk per micro-batch) and FIFO
+   slot (RESCCL_TILE_BYTES, RESCCL_SLOT_BYTES; the simulator uses them too). */
+#define RX_TILE_BYTES ((size_t)16 << 20)
+#define RX_SLOT_BYTES ((size_t)2 << 20)
+
+/* Micro-batches of a call of count elements, as the GPU runtime picks them:
+   tiles of at most `tile` bytes of a chunk, and at least 4 while each still
+   moves tile / 8, so that mid sizes pipeline too (on 2xH200 this beat any
+   fixed tile from 8 MiB to 512 MiB), or `fixed` when nonzero; then enough
+   that every channel's slice of a tile fits one slot, so that a handshake
+   moves a slice and a FIFO of k slots holds k tiles. A slab holds at most
+   ceil(units / slabs) units of a vector per chunk (plus one slab for a
+   leftover); a tile of maxcnt chunks is that many vectors each, shared by
+   nchan channels. */
+RX_TILE_FN size_t rx_nmicro(size_t count, size_t esize, size_t C, size_t maxcnt, size_t nchan, size_t tile,
+                            size_t slot, size_t fixed) {
+  size_t chunk = (count * esize + C - 1) / C, eighth = tile / 8 ? tile / 8 : 1;
+  size_t nm = (chunk + tile - 1) / tile, pipe = chunk / eighth;
+  if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
+  if (fixed) nm = fixed;
+  size_t unit = rx_vec(esize) * C, units = count / unit, rest = units * unit < count;
+  size_t cap = slot / 16 * nchan / (maxcnt ? maxcnt : 1);
+  if (cap < 1) cap = 1;
+  size_t whole = (units + cap - 1) / cap + rest;
+  return nm < whole ? whole : nm;
+}
+
 /* Elements [*lo, *lo + *n) of chunks [idx, idx + cnt) in micro-batch m of M,
    for blocks of N elements cut into C chunks. */
 RX_TILE_FN void rx_span(size_t N, size_t C, size_t M, size_t esize, int idx, int cnt, int m, size_t *lo, size_t *n) {

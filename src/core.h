@@ -407,6 +407,7 @@ typedef struct {
   int instances;    /* copies of the plan side by side (channels), each on 1/instances of every chunk */
   int rotate;       /* instance k shifts GPU indices in a node by k*gpus_per_nic (NCCL's rings) */
   double slowdown;  /* fraction of a TB's rate lost to an interpreter */
+  int gpu;          /* nmicro 0: as the GPU runtime picks it (kernels-templates/tile.h), f32, instances = channels */
   int trace;        /* keep one slice per primitive call */
 } SimOpts;
 

@@ -3,7 +3,8 @@
 **   core.topo_custom{nodes=, gpn=, ...} -> Topo   (fields as topo:params())
 **   topo:params() -> { nodes=, gpn=, intra_gbps=, ... }
 **   plan:sim{size=, tile=, nmicro=, depth=, instances=, rotate=, slowdown=,
-**            trace=} -> result table (the plan's own execution order)
+**            gpu=, trace=} -> result table (the plan's own execution order; gpu: nmicro
+**            as the GPU runtime picks it)
 ** Sizes are bytes, times microseconds, bandwidths GB/s, fractions 0..1.
 */
 #include <stdio.h>
@@ -139,7 +140,7 @@ static int l_plan_sim(lua_State *L) {
   SimOpts o = {.size = l_optnum(L, 2, "size", 256.0 * (1 << 20)), .tile = l_optnum(L, 2, "tile", 1 << 20),
                .nmicro = (int)l_optnum(L, 2, "nmicro", 0), .depth = (int)l_optnum(L, 2, "depth", 2),
                .instances = (int)l_optnum(L, 2, "instances", 1), .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
-               .trace = lua_toboolean(L, -2)};
+               .gpu = l_optbool(L, 2, "gpu", 0), .trace = lua_toboolean(L, -2)};
   lua_pop(L, 2);
   SimResult r;
   Err e;

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "../kernels-templates/tile.h"
 
 enum { EV_STEP, EV_FLOW, EV_ARRIVE };
 enum { TS_BLOCKED, TS_ALPHA, TS_FLOW, TS_LOCAL, TS_DONE };
@@ -433,7 +434,8 @@ static void collect(Sim *s, SimResult *r) {
 rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   memset(r, 0, sizeof *r);
   if (!pl->verified) return err_set(e, RC_EINVAL, "the plan is not verified; refusing to simulate it");
-  if (!(o->size > 0) || o->depth < 1 || o->instances < 1 || o->nmicro < 0 || (o->nmicro == 0 && !(o->tile > 0)) ||
+  if (!(o->size > 0) || o->depth < 1 || o->instances < 1 || o->nmicro < 0 ||
+      (o->nmicro == 0 && !o->gpu && !(o->tile > 0)) ||
       o->slowdown < 0 || o->slowdown >= 1)
     return err_set(e, RC_EINVAL, "simulation needs size > 0, tile > 0 or nmicro >= 1, depth >= 1, instances >= 1, "
                                  "slowdown in [0, 1)");
@@ -444,7 +446,13 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;
   s.chunk_bytes = block / prog->chunks / s.K;
-  s.M = o->nmicro > 0 ? o->nmicro : (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
+  int maxcnt = 1;
+  for (int t = 0; t < pl->dag.n; t++) maxcnt = pl->dag.t[t].cnt > maxcnt ? pl->dag.t[t].cnt : maxcnt;
+  if (o->nmicro > 0) s.M = o->nmicro;
+  else if (o->gpu)
+    s.M = (int)rx_nmicro((size_t)(block / 4), 4, (size_t)prog->chunks, (size_t)maxcnt, (size_t)s.K, RX_TILE_BYTES,
+                         RX_SLOT_BYTES, 0);
+  else s.M = (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
   if (s.chunk_bytes / s.M < 1) return err_set(e, RC_ESIZE, "size %.0f bytes is too small for %d micro-batches of "
                                                            "%d chunks", o->size, s.M, prog->chunks);
   int K = s.K, NG = K * s.NT, NCK = K * s.NC, NPK = K * s.NP;

@@ -83,8 +83,9 @@ end
 ---@param o table {sched=, tb=, fuse=, inplace=, order=, channels=, ours_channels=}
 function M.plan(variant, prog, topo, o)
   local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order }
-  -- ours: one instance, or the GPU runtime's channels (each a slice of every tile)
-  local sopts = { instances = o.ours_channels or 1 }
+  -- ours: one instance, or as the GPU runtime runs it: its channels (each a
+  -- slice of every tile) and its micro-batches
+  local sopts = { instances = o.ours_channels or 1, gpu = o.ours_channels ~= nil }
   if variant == "msccl" then
     copts.tb, copts.order = "conn", "algorithm"
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN
@@ -109,7 +110,7 @@ function M.run(variant, prog, topo, o, size)
   local plan, sopts, p2 = M.plan(variant, prog, topo, o)
   if not plan then return nil, sopts end
   local r, err = plan:sim { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
-    instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown,
+    instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown, gpu = sopts.gpu,
     trace = o.trace }
   if not r then return nil, err end
   local rep = plan:report()

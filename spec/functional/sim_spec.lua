@@ -85,6 +85,36 @@ describe("resccl sim", function()
     assert.is_true(math.abs(r.sim.time_us - want) < 0.01 * want)
   end)
 
+  it("calibrates a topology back from the times it simulated (tools/calibrate)", function()
+    -- times from h200:2 with alpha 5 us and a 300 GB/s link, ours on 16 channels; the fit must find them
+    local tmp = os.tmpname()
+    local topo = tmp .. ".lua"
+    local f = assert(io.open(topo, "w"))
+    f:write 'return { base = "h200:2", alpha_us = 5, intra_gbps = 300 }\n'
+    f:close()
+    local csv = os.tmpname()
+    f = assert(io.open(csv, "w"))
+    f:write "size,time_us\n"
+    for _, size in ipairs { "8M", "64M", "512M" } do
+      local code, out = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "topo=" .. topo, "channels=16",
+        "--size", size, "--json" }
+      assert.equal(0, code, out)
+      f:write(("%s,%.3f\n"):format(size, cjson.decode(out).sim.time_us))
+    end
+    f:close()
+    local build = h.bin:gsub("/resccl$", "")
+    local p = assert(io.popen(("RESCCL_BUILD=%s tools/calibrate %s algorithms/allreduce_ring.lua h200:2 ranks=2 " ..
+      "--channels 16 2>&1"):format(build, csv)))
+    local out = p:read "a"
+    p:close()
+    os.remove(tmp)
+    os.remove(topo)
+    os.remove(csv)
+    local alpha, bw = out:match "fitted: alpha_us = ([%d.]+), intra_gbps = ([%d.]+)"
+    assert.is_not_nil(alpha, out)
+    assert.is_true(math.abs(tonumber(alpha) - 5) < 0.25 and math.abs(tonumber(bw) - 300) < 15, out)
+  end)
+
   it("names bad sizes, baselines and unreachable topologies", function()
     local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "lots" }
     assert.equal(1, code)

@@ -181,8 +181,8 @@ void rt_conf_env(RtConf *c) {
   c->nslots = env_int("RESCCL_SLOTS", 4);
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
      per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
-  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", 2 << 20);
-  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", 16 << 20);
+  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", (int)RX_SLOT_BYTES);
+  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", (int)RX_TILE_BYTES);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   c->direct = env_int("RESCCL_DIRECT", 1);
   const char *t = getenv("RESCCL_TIMEOUT");
@@ -693,23 +693,9 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   Variant *v = p->v[inplace];
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream};
-  /* Micro-batches: at most tile_bytes of a chunk each, and at least 4 while
-     each still moves tile_bytes / 8, so that mid sizes pipeline too (on
-     2xH200 this beat any fixed tile from 8 MiB to 512 MiB, BENCHMARKS.md). */
-  size_t chunk = (count * es + (size_t)v->chunks - 1) / (size_t)v->chunks, tile = p->conf.tile_bytes;
-  size_t nm = (chunk + tile - 1) / tile, pipe = chunk / (tile / 8 ? tile / 8 : 1);
-  if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
-  if (p->conf.nmicro > 0) nm = (size_t)p->conf.nmicro;
-  /* Every channel's slice of a tile fits one slot, so that a handshake moves
-     a slice and a FIFO of fifo_tiles slots holds the tiles a buffered plan
-     was verified with. tile.h's slabs hold at most ceil(U / slabs) units of
-     a vector per chunk, plus one slab for a leftover; a tile of maxcnt
-     chunks is that many vectors each, shared by the channels. */
-  size_t units = count / (rx_vec(es) * (size_t)v->chunks), rest = units * rx_vec(es) * (size_t)v->chunks < count;
-  size_t cap = p->conf.slot_bytes / 16 * (size_t)v->nchan / (size_t)(v->maxcnt > 0 ? v->maxcnt : 1);
-  if (cap < 1) cap = 1;
-  size_t whole = (units + cap - 1) / cap + rest;
-  if (nm < whole) nm = whole;
+  /* Micro-batches: tile.h's rule, the one the simulator follows too. */
+  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, (size_t)v->nchan, p->conf.tile_bytes,
+                        p->conf.slot_bytes, (size_t)p->conf.nmicro);
   c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
   if (v->bufchunks[2]) {
     TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, &c.buf[2]));
