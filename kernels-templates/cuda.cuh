@@ -19,8 +19,9 @@
 ** the verified plan.
 **
 ** Calls follow one another without any reset: FIFO counters run on from
-** call to call, and flags count micro-batches from the plan's load (each
-** call gets its starting `base`). A wait that lasts past the call's timeout
+** call to call, and flags count micro-batches from the plan's load: each
+** block keeps its count of calls and of their micro-batches in RxRun.epoch,
+** so a replayed CUDA graph runs right. A wait that lasts past the call's timeout
 ** raises the plan's stop flag; every TB then skips its remaining waits, so
 ** the kernel ends and the runtime reports the timeout.
 */

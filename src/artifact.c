@@ -3,7 +3,7 @@
 ** one section per placement, each a few lines of numbers then the emitted
 ** CUDA source. Text, so a person can read what the runtime will set up:
 **
-**   resccl-plan 1
+**   resccl-plan 2
 **   name allreduce_ring
 **   collective allreduce
 **   placement out-of-place         (or in-place)
@@ -12,6 +12,8 @@
 **   bufchunks 2 2 0                (chunks per rank of input, output, scratch)
 **   fifo-tiles 0                   (tiles a FIFO must hold: 0 = any size works)
 **   maxcnt 1                       (most chunks one transfer moves)
+**   even 0                         (1: count must split evenly into chunks, as
+**                                   a transfer changes chunk position)
 **   tbs 2 2                        (TBs per rank)
 **   conns 2                        (then one "src dst" line each)
 **   flags 2                        (then one line each: the rank that holds it)
@@ -30,14 +32,19 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
     buf_free(&src);
     return rc;
   }
-  buf_printf(out, "resccl-plan 1\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
+  buf_printf(out, "resccl-plan 2\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
              coll_name(p->coll), pl->opt.inplace ? "in-place" : "out-of-place", p->nranks, p->chunks);
   buf_printf(out, "bufchunks %d %d %d\n", prog_bufchunks(p, BUF_INPUT), prog_bufchunks(p, BUF_OUTPUT),
              prog_bufchunks(p, BUF_SCRATCH));
   /* Buffered plans (hand-placed or merged TBs) were verified with FIFOs that hold two tiles (verify.c). */
-  int maxcnt = 1;
-  for (int t = 0; t < pl->dag.n; t++) maxcnt = pl->dag.t[t].cnt > maxcnt ? pl->dag.t[t].cnt : maxcnt;
-  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\ntbs", pl->buffered ? BUFFERED_TILES : 0, maxcnt);
+  /* A transfer between different chunk positions moves equal tiles only
+     when count splits evenly (tile.h; exec_check_sizes on the host). */
+  int even = 0, C = p->chunks;
+  for (int t = 0; t < pl->dag.n; t++) {
+    const Task *k = &pl->dag.t[t];
+    even |= k->sidx % C != k->didx % C || (k->op != OP_COPY && k->oidx % C != k->didx % C);
+  }
+  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\neven %d\ntbs", pl->buffered ? BUFFERED_TILES : 0, plan_maxcnt(pl), even);
   for (int r = 0; r < p->nranks; r++) buf_printf(out, " %d", pl->ntb[r]);
   buf_printf(out, "\nconns %d\n", pl->nconn);
   for (int c = 0; c < pl->nconn; c++) buf_printf(out, "%d %d\n", pl->conn[c].src, pl->conn[c].dst);

@@ -96,6 +96,12 @@ int plan_tbs_max(const Plan *pl) {
   return m;
 }
 
+int plan_maxcnt(const Plan *pl) {
+  int m = 1;
+  for (int t = 0; t < pl->dag.n; t++) m = pl->dag.t[t].cnt > m ? pl->dag.t[t].cnt : m;
+  return m;
+}
+
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n) {
   return prog_where(pl->prog, pl->prog->xf[pl->dag.t[task].xf].at, out, n);
 }

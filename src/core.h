@@ -341,6 +341,8 @@ const char *stage_name(int s);
 int stage_parse(const char *s);
 const char *tb_policy_name(TbPolicy t);
 int plan_tbs_max(const Plan *pl);
+/* Most chunks one task moves (at least 1). */
+int plan_maxcnt(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 

@@ -17,6 +17,7 @@
 #include "core.h"
 #include "../include/resccl.h"
 #include "runtime/job.h"
+#include "../kernels-templates/tile.h"
 
 /* Dtype and RedOp are numbered as resccl_datatype_t and resccl_red_op_t (NCCL's order). */
 _Static_assert((int)DT_BF16 == (int)resccl_bfloat16 && (int)NDTYPE == (int)resccl_num_types, "dtype numbering");
@@ -45,7 +46,13 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   const Program *p = pl->prog;
   int R = p->nranks;
   memset(res, 0, sizeof *res);
-  ExecOpts oo = *o; /* a buffered plan's slot count is set here */
+  /* The runtime's smallest slot is 4 KiB of whole 16-byte vectors, and it
+     raises nmicro until a channel's slice fits one: check what it will run. */
+  ExecOpts oo = *o; /* a buffered plan's slot count is set here too */
+  int nchan = g->nchan > 0 ? g->nchan : 1;
+  oo.slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16;
+  oo.nmicro = (int)rx_nmicro(o->count, dtype_size[o->dtype], (size_t)p->chunks, (size_t)plan_maxcnt(pl),
+                             (size_t)nchan, RX_TILE_BYTES, oo.slot_bytes, (size_t)o->nmicro);
   RC_CHECK(exec_check_sizes(pl, &oo, e));
   char why[600];
   void *dl = open_runtime(why, sizeof why);
@@ -65,11 +72,9 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   buf_free(&art);
   RxGpuJob job = {.plan_path = path, .collective = coll_name(p->coll), .inplace = pl->opt.inplace, .nranks = R,
                   .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
-                  .esize = dtype_size[o->dtype], .nmicro = o->nmicro, .nslots = oo.nslots,
-                  .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = g->nchan > 0 ? g->nchan : 1,
-                  .direct = o->direct,
-                  /* the runtime's smallest slot: 4 KiB, whole 16-byte vectors */
-                  .slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16,
+                  .esize = dtype_size[o->dtype], .nmicro = oo.nmicro, .nslots = oo.nslots,
+                  .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = nchan,
+                  .direct = o->direct, .slot_bytes = oo.slot_bytes,
                   .timeout_s = (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1e3};
   data_elems(p, o->count, job.elems);
   job.init = data_buffers(pl, o);

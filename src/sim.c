@@ -446,13 +446,10 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;
   s.chunk_bytes = block / prog->chunks / s.K;
-  int maxcnt = 1;
-  for (int t = 0; t < pl->dag.n; t++) maxcnt = pl->dag.t[t].cnt > maxcnt ? pl->dag.t[t].cnt : maxcnt;
-  if (o->nmicro > 0) s.M = o->nmicro;
-  else if (o->gpu)
-    s.M = (int)rx_nmicro((size_t)(block / 4), 4, (size_t)prog->chunks, (size_t)maxcnt, (size_t)s.K, RX_TILE_BYTES,
-                         RX_SLOT_BYTES, 0);
-  else s.M = (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
+  if (o->gpu) /* nmicro= as RESCCL_NMICRO: raised where a slice would not fit a slot */
+    s.M = (int)rx_nmicro((size_t)(block / 4), 4, (size_t)prog->chunks, (size_t)plan_maxcnt(pl), (size_t)s.K,
+                         RX_TILE_BYTES, RX_SLOT_BYTES, (size_t)o->nmicro);
+  else s.M = o->nmicro > 0 ? o->nmicro : (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
   if (s.chunk_bytes / s.M < 1) return err_set(e, RC_ESIZE, "size %.0f bytes is too small for %d micro-batches of "
                                                            "%d chunks", o->size, s.M, prog->chunks);
   int K = s.K, NG = K * s.NT, NCK = K * s.NC, NPK = K * s.NP;

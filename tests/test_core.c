@@ -409,7 +409,7 @@ static void test_data_check(void **state) {
   Program *p = ring_allgather(3);
   Plan pl = {.prog = p};
   for (int dt = 0; dt < NDTYPE; dt++) {
-    ExecOpts o = {.dtype = (Dtype)dt, .op = RED_SUM, .count = 5};
+    ExecOpts o = {.dtype = (Dtype)dt, .op = RED_SUM, .count = 5, .direct = 1};
     size_t es = dtype_size[dt], n = o.count * es;
     char **buf = data_buffers(&pl, &o);
     ExecResult r;
@@ -444,7 +444,7 @@ static void test_exec_merged(void **state) {
   assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
   for (int nmicro = 1; nmicro <= 64; nmicro *= 4) {
     /* 4-byte slots: a tile streams through element by element */
-    ExecOpts x = {.dtype = DT_F32, .count = 1031, .nmicro = nmicro, .slot_bytes = 4, .timeout_ms = 5000};
+    ExecOpts x = {.dtype = DT_F32, .count = 1031, .nmicro = nmicro, .slot_bytes = 4, .timeout_ms = 5000, .direct = 1};
     ExecResult r;
     assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
     assert_int_equal(r.nwrong, 0);
@@ -472,7 +472,7 @@ static void test_exec_host(void **state) {
     for (int dt = 0; dt < NDTYPE; dt++)
       for (int op = 0; op < NREDOP; op++) {
         ExecOpts x = {.dtype = (Dtype)dt, .op = (RedOp)op, .count = 103, .nmicro = 3, .nslots = 2,
-                      .slot_bytes = 32, .timeout_ms = 5000};
+                      .slot_bytes = 32, .timeout_ms = 5000, .direct = 1};
         ExecResult r;
         assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
         assert_int_equal(r.nwrong, 0);

@@ -60,6 +60,7 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
     else if (inplace && strcmp(coll, "reducescatter")) where = obuf[r];
     cudaMemcpy(where, host, sizeof(float) * in_n, cudaMemcpyHostToDevice);
   }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize(); /* before the non-blocking streams */
   for (int k = 0; k < calls; k++) {
     resccl_result_t rc = resccl_group_start();
     for (int r = 0; r < R && rc == resccl_success; r++) {
@@ -148,6 +149,7 @@ static void graph_replay(size_t count) {
       cudaMemcpy(ibuf[r], host, sizeof(float) * count, cudaMemcpyHostToDevice);
       cudaMemset(obuf[r], 0xff, sizeof(float) * count);
     }
+    for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaDeviceSynchronize();
     for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaGraphLaunch(exec[d], gs[d]);
     for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamSynchronize(gs[d]);
     for (int r = 0; r < R; r++) {

@@ -132,7 +132,7 @@ enum { MAXDEV = 64 };
 
 /* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
 typedef struct {
-  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, nconn, nflags, nchan;
+  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags, nchan;
   int *ntb, *csrc, *cdst, *flag_rank;
   char *src;
   struct {
@@ -261,7 +261,6 @@ static void variant_free(Group *g, Variant *v) {
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
-  for (int r = 0; v->scratch && r < v->nranks; r++) cudaFree(v->scratch[r]);
   free(v->allocs), free(v->scratch), free(v->scratch_bytes);
   free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->src), free(v);
 }
@@ -283,12 +282,13 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
 #define BAD(what) return variant_free(NULL, v), rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (%s)", path, what)
   Variant *v = calloc(1, sizeof *v);
   if (!v) return rt_fail(resccl_system_error, "out of memory");
-  if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1 || version != 1) BAD("header");
+  if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
+  if (version != 2) BAD("version 2 expected: compile it again");
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
       !read_ints(f, "bufchunks", v->bufchunks, 3) || !read_ints(f, "fifo-tiles", &v->fifo_tiles, 1) ||
-      !read_ints(f, "maxcnt", &v->maxcnt, 1))
+      !read_ints(f, "maxcnt", &v->maxcnt, 1) || !read_ints(f, "even", &v->even, 1))
     BAD("sizes");
   if (v->nranks < 1 || v->nranks > 1 << 16 || v->chunks < 1 || v->maxcnt < 1) BAD("sizes");
   v->ntb = malloc(sizeof(int) * (size_t)v->nranks);
@@ -408,6 +408,10 @@ static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes) {
 
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
+  if (v->fifo_tiles > cf->nslots)
+    return rt_fail(resccl_invalid_usage, "plan %s needs FIFOs of %d slots (it was verified with connections that "
+                   "hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place", v->fifo_tiles,
+                   v->fifo_tiles);
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
      10-30% more than 24, BENCHMARKS.md); virtual ranks share theirs. */
   int maxtb = 1;
@@ -437,10 +441,6 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(g->comms[r].cudev));
     TRY(dev_alloc(v, &started[r], sizeof(unsigned)));
   }
-  if (v->fifo_tiles > cf->nslots)
-    return rt_fail(resccl_invalid_usage, "plan %s needs FIFOs of %d slots (it was verified with connections that "
-                   "hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place", v->fifo_tiles,
-                   v->fifo_tiles);
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
@@ -661,13 +661,19 @@ resccl_result_t resccl_group_end(void) {
   return rc;
 }
 
-/* The scratch buffer of (v, rank) holds at least `bytes`. */
-static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, char **out) {
+/* The scratch buffer of (v, rank) holds at least `bytes`. A smaller one it
+   replaces stays allocated until the plan is unloaded: a call queued in a
+   group or a captured graph may still use it. Growing is refused during a
+   capture (it allocates). */
+static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaStream_t st, char **out) {
   if (bytes > v->scratch_bytes[c->rank]) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     CU(cudaSetDevice(c->cudev));
-    if (v->scratch[c->rank]) CU(cudaFree(v->scratch[c->rank]));
-    v->scratch[c->rank] = NULL, v->scratch_bytes[c->rank] = 0;
-    CU(cudaMalloc((void **)&v->scratch[c->rank], bytes));
+    CU(cudaStreamIsCapturing(st, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+      return rt_fail(resccl_invalid_usage, "scratch memory must grow to %zu bytes, which a CUDA graph capture cannot "
+                     "do: call once at this size before capturing", bytes);
+    TRY(dev_alloc(v, &v->scratch[c->rank], bytes));
     v->scratch_bytes[c->rank] = bytes;
   }
   *out = v->scratch[c->rank];
@@ -692,16 +698,16 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for it (resccl_plan_load)", coll);
   Variant *v = p->v[inplace];
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
+  if (v->even && count % (size_t)v->chunks)
+    return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
+                   coll, count, v->chunks, p->name);
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream};
   /* Micro-batches: tile.h's rule, the one the simulator follows too. */
   size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, (size_t)v->nchan, p->conf.tile_bytes,
                         p->conf.slot_bytes, (size_t)p->conf.nmicro);
   c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
-  if (v->bufchunks[2]) {
-    TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, &c.buf[2]));
-    for (int i = 0; i < group.n; i++) /* queued calls of this rank use the grown buffer too */
-      if (group.q[i].v == v && group.q[i].comm == comm) group.q[i].buf[2] = c.buf[2];
-  }
+  if (v->bufchunks[2])
+    TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c.stream, &c.buf[2]));
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
     Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
@@ -796,19 +802,23 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
       break;
     }
-    /* Ranks of one GPU on different streams: the launch waits for all of them, and they for it. */
+    /* Ranks of one GPU on different streams: the launch waits for all of them,
+       and they for it (under capture, the streams must be in one capture). */
     cudaEvent_t ev = NULL;
-    if (nextra) {
-      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-      for (int k = 0; k < nextra; k++) cudaEventRecord(ev, extra[k]), cudaStreamWaitEvent(c->stream, ev, 0);
-    }
+    cudaError_t ce = nextra ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaSuccess;
+    for (int k = 0; k < nextra && ce == cudaSuccess; k++)
+      if ((ce = cudaEventRecord(ev, extra[k])) == cudaSuccess) ce = cudaStreamWaitEvent(c->stream, ev, 0);
     void *params[] = {&a};
-    CUresult cr = drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1, (unsigned)c->plan->conf.threads,
-                                 1, 1, 0, (CUstream)c->stream, params, NULL);
-    if (nextra) {
-      cudaEventRecord(ev, c->stream);
-      for (int k = 0; k < nextra; k++) cudaStreamWaitEvent(extra[k], ev, 0);
-      cudaEventDestroy(ev);
+    CUresult cr = ce != cudaSuccess ? CUDA_SUCCESS
+                                    : drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1,
+                                                 (unsigned)c->plan->conf.threads, 1, 1, 0, (CUstream)c->stream, params, NULL);
+    if (nextra && ce == cudaSuccess && cr == CUDA_SUCCESS && (ce = cudaEventRecord(ev, c->stream)) == cudaSuccess)
+      for (int k = 0; k < nextra && ce == cudaSuccess; k++) ce = cudaStreamWaitEvent(extra[k], ev, 0);
+    if (ev) cudaEventDestroy(ev);
+    if (ce != cudaSuccess) {
+      rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", c->plan->coll, g->dev[d],
+                   cudaGetErrorString(ce));
+      break;
     }
     if (cr != CUDA_SUCCESS) {
       const char *s = "?";
