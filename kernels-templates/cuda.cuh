@@ -312,14 +312,17 @@ __device__ static inline void rx_publish(RxCtx *x, int c, unsigned long long v) 
   if (threadIdx.x == 0) rx_push(x, c, v);
 }
 
-__device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
-  size_t lo, n, per = x->run->slot_bytes / x->a->esize;
+/* Send (buf, idx) on cout; a copy-send (wbuf >= 0) also keeps a copy at (wbuf, widx). */
+__device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int wbuf, int widx, int cnt, int m) {
+  size_t lo, wlo = 0, n, per = x->run->slot_bytes / x->a->esize;
+  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
   rx_tile(x, idx, cnt, m, &lo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
     char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
+    if (wbuf >= 0) rx_move(x->a, rx_at(x, wbuf, wlo + k), NULL, rx_at(x, buf, lo + k), w, 0, s);
+    else rx_move(x->a, s, NULL, rx_at(x, buf, lo + k), w, 0, NULL);
     rx_publish(x, cout, seq + 1);
   }
 }
@@ -352,19 +355,6 @@ __device__ static inline void rx_started(RxCtx *x) {
   *(volatile unsigned *)x->run->started[x->rank] = x->call;
 }
 
-__device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
-  size_t slo, dlo, n, per = x->run->slot_bytes / x->a->esize;
-  rx_tile(x, ridx, cnt, m, &slo, &n);
-  rx_tile(x, widx, cnt, m, &dlo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    size_t w = n - k < per ? n - k : per;
-    unsigned long long seq;
-    char *s = rx_slot_out(x, cout, &seq);
-    rx_move(x->a, rx_at(x, wbuf, dlo + k), NULL, rx_at(x, rbuf, slo + k), w, 0, s);
-    rx_publish(x, cout, seq + 1);
-  }
-}
-
 /*
 ** Direct: write the tile straight into the receiver's buffer at (dbuf, didx)
 ** and count it on the connection, once the receiver's kernel runs this call
@@ -375,7 +365,7 @@ __device__ static __noinline__ void rx_copy_send(RxCtx *x, int cout, int rbuf, i
 */
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int m) {
-  if (!x->a->direct) return wbuf >= 0 ? rx_copy_send(x, cout, buf, idx, wbuf, widx, cnt, m) : rx_send(x, cout, buf, idx, cnt, m);
+  if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
   size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->a->esize;
   if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
   rx_tile(x, idx, cnt, m, &lo, &n);
@@ -442,7 +432,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_AT(i) ((void)(i))
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
-#define RX_SEND(c, b, i, n) rx_send(x, c, b, i, n, m)
+#define RX_SEND(c, b, i, n) rx_send(x, c, b, i, -1, 0, n, m)
 #define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)
 #define RX_PUT(c, p, b, i, db, di, n) rx_put(x, c, p, b, i, -1, 0, db, di, n, m)
 #define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m)
@@ -452,7 +442,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) rx_recv(x, ci, co, ub, ui, b, i, n, d, m)
 #define RX_RRS(ci, co, ub, ui, n, d) rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)
-#define RX_CS(co, rb, ri, wb, wi, n) rx_copy_send(x, co, rb, ri, wb, wi, n, m)
+#define RX_CS(co, rb, ri, wb, wi, n) rx_send(x, co, rb, ri, wb, wi, n, m)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
 /* A rank is a switch over its TBs; the program one kernel over its ranks. */

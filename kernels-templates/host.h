@@ -159,14 +159,18 @@ static inline void rx_pop(RxCtx *x, int c) {
   atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
 }
 
-static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int cnt, int m) {
-  size_t lo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+/* Send (buf, idx) on cout; a copy-send (wbuf >= 0) also keeps a copy at (wbuf, widx). */
+static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int wbuf, int widx, int cnt, int m) {
+  size_t lo, wlo = 0, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
   rx_tile(x->run, idx, cnt, m, &lo, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     char *s = rx_slot_out(x, cout);
     if (!s) return 1;
-    memcpy(s, rx_at(x, buf, lo + k), w * es);
+    const char *from = rx_at(x, buf, lo + k);
+    if (wbuf >= 0) from = memmove(rx_at(x, wbuf, wlo + k), from, w * es);
+    memcpy(s, from, w * es);
     rx_push(x, cout);
   }
   return 0;
@@ -210,21 +214,6 @@ static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int w
 }
 
 /* Copy (rbuf, ridx) to (wbuf, widx) and send the same tile on cout. */
-static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf, int widx, int cnt, int m) {
-  size_t slo, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
-  rx_tile(x->run, ridx, cnt, m, &slo, &n);
-  rx_tile(x->run, widx, cnt, m, &dlo, &n);
-  for (size_t k = 0; k < n; k += per) {
-    size_t w = n - k < per ? n - k : per;
-    char *s = rx_slot_out(x, cout);
-    if (!s) return 1;
-    memmove(rx_at(x, wbuf, dlo + k), rx_at(x, rbuf, slo + k), w * es);
-    memcpy(s, rx_at(x, wbuf, dlo + k), w * es);
-    rx_push(x, cout);
-  }
-  return 0;
-}
-
 /*
 ** Direct: write the tile straight into the receiver's (peer's) buffer at
 ** (dbuf, didx) and count it on the connection. A plain send puts what it
@@ -234,7 +223,7 @@ static inline int rx_copy_send(RxCtx *x, int cout, int rbuf, int ridx, int wbuf,
 */
 static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf, int didx,
                               int cnt, int m) {
-  if (!x->run->direct) return wbuf >= 0 ? rx_copy_send(x, cout, buf, idx, wbuf, widx, cnt, m) : rx_send(x, cout, buf, idx, cnt, m);
+  if (!x->run->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
   size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
   if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
   rx_tile(x->run, idx, cnt, m, &lo, &n);
@@ -288,7 +277,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_AT(i) (x->at = (i))
 #define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
 #define RX_POST(f) rx_post(x, f, m)
-#define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, n, m)) return; } while (0)
+#define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, -1, 0, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put(x, c, p, b, i, -1, 0, db, di, n, m)) return; } while (0)
 #define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) \
@@ -299,7 +288,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RRS(ci, co, ub, ui, n, d) do { if (rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)) return; } while (0)
-#define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_copy_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
+#define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
 #define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {

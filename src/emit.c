@@ -57,10 +57,10 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   buf_puts(b, open && !group ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
+  const Prim *rp = p->direct && p->tout >= 0 ? &pl->p[pl->task_recv[p->tout]] : NULL; /* where a put lands */
   switch (p->kind) {
   case PR_SEND:
-    if (p->direct) {
-      const Prim *rp = &pl->p[pl->task_recv[p->tout]];
+    if (rp) {
       call(b, "RX_PUT", "iibibii", p->cout, rp->rank, p->rbuf, p->ridx, rp->wbuf, rp->widx, p->cnt);
     } else {
       call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt);
@@ -76,8 +76,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
     break;
   case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
   case PR_CS:
-    if (p->direct) {
-      const Prim *rp = &pl->p[pl->task_recv[p->tout]];
+    if (rp) {
       call(b, "RX_CS_PUT", "iibibibii", p->cout, rp->rank, p->rbuf, p->ridx, p->wbuf, p->widx, rp->wbuf, rp->widx, p->cnt);
     } else {
       call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);

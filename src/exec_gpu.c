@@ -26,15 +26,16 @@ _Static_assert((int)RED_AVG == (int)resccl_avg && (int)NREDOP == (int)resccl_num
 static void *open_runtime(char *why, size_t n) {
   char exe[PATH_MAX], path[PATH_MAX + 32];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  const char *tries[] = {"%s/libresccl.so", "%s/../lib/libresccl.so", "%s/../" "lib64/libresccl.so"};
+  const char *tries[] = {"%s/libresccl.so", "%s/../lib/libresccl.so", "%s/../lib64/libresccl.so"};
   if (len > 0) {
     exe[len] = '\0';
     *strrchr(exe, '/') = '\0';
     for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
       snprintf(path, sizeof path, tries[i], exe);
-      void *dl = access(path, R_OK) == 0 ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
-      if (dl) return dl;
-      if (access(path, R_OK) == 0) return snprintf(why, n, "%s", dlerror()), NULL;
+      if (access(path, R_OK) != 0) continue;
+      void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL); /* the first present is the one to use */
+      if (!dl) snprintf(why, n, "%s", dlerror());
+      return dl;
     }
   }
   void *dl = dlopen("libresccl.so", RTLD_NOW | RTLD_LOCAL);
