@@ -503,7 +503,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e);
 
 typedef struct {
   int ndev;     /* GPUs to spread the ranks over; 0 = all */
-  int threads;  /* per TB; 0 = 512 */
+  int threads;  /* per block; 0: the runtime's default for the plan */
   int iters;    /* timed runs after the checked one */
   int nchan;    /* blocks per TB, each moving a slice of every tile; 0 = 1 */
 } GpuOpts;

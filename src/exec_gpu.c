@@ -74,7 +74,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   RxGpuJob job = {.plan_path = path, .collective = coll_name(p->coll), .inplace = pl->opt.inplace, .nranks = R,
                   .ndev = g->ndev, .dtype = (int)o->dtype, .op = (int)o->op, .count = o->count,
                   .esize = dtype_size[o->dtype], .nmicro = oo.nmicro, .nslots = oo.nslots,
-                  .threads = g->threads > 0 ? g->threads : 512, .iters = g->iters, .nchan = nchan,
+                  .threads = g->threads, .iters = g->iters, .nchan = nchan,
                   .direct = o->direct, .slot_bytes = oo.slot_bytes,
                   .timeout_s = (o->timeout_ms > 0 ? o->timeout_ms : 10000) / 1e3};
   data_elems(p, o->count, job.elems);

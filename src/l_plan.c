@@ -205,7 +205,7 @@ static int l_plan_exec(lua_State *L) {
   o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
   lua_pop(L, 5);
   o.direct = l_optbool(L, 2, "direct", 1);
-  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 512), (int)l_optnum(L, 2, "iters", 0),
+  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 0), (int)l_optnum(L, 2, "iters", 0),
                (int)l_optnum(L, 2, "channels", 1)};
   ExecResult r;
   Err e;

@@ -177,7 +177,7 @@ static int env_int(const char *name, int dflt) {
 
 void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
-  c->threads = env_int("RESCCL_THREADS", 512);
+  c->threads = env_int("RESCCL_THREADS", 0); /* 0: the plan's default (plan_load) */
   c->nslots = env_int("RESCCL_SLOTS", 4);
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
      per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
@@ -513,12 +513,12 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
 
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
-  if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 32 || conf->threads > 1024 || conf->threads % 32 ||
+  if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
       (conf->direct != 0 && conf->direct != 1))
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_THREADS "
-                   "a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
+                   "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
   int dev = -1;
   cudaGetDevice(&dev);
@@ -547,8 +547,12 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   }
   fclose(f);
   if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
+  /* Threads per block: a reduce-scatter is bound by its reducing blocks,
+     which gain from 1024 threads (more loads in flight: +8-24% from 128 MiB
+     on 2xH200) where copies and all-reduce lose 2-13% (BENCHMARKS.md). */
+  if (rc == resccl_success && !p->conf.threads) p->conf.threads = !strcmp(p->coll, "reducescatter") ? 1024 : 512;
   for (int i = 0; i < 2 && rc == resccl_success; i++)
-    if (p->v[i]) rc = variant_setup(g, p->v[i], conf);
+    if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
   /* A new plan for a collective replaces the old one. */
   for (RtPlan **q = &g->plans; *q; q = &(*q)->next)

@@ -10,7 +10,7 @@
 
 typedef struct {
   int nchan;          /* blocks per TB; 0: about 32 blocks on the busiest GPU */
-  int threads;        /* per block */
+  int threads;        /* per block; 0: the plan's default (512, 1024 for reduce-scatter) */
   int nslots;         /* FIFO slots per connection and channel */
   size_t slot_bytes;  /* bytes per slot */
   size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
