@@ -349,10 +349,11 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
   }
 }
 
-/* The kernel of this rank runs call `call`: peers may now write into its buffers. */
+/* The kernel of this rank runs call `call`: peers may now write into its
+   buffers. Told into every rank's memory, so that a sender waits on its own. */
 __device__ static inline void rx_started(RxCtx *x) {
   __threadfence_system();
-  *(volatile unsigned *)x->run->started[x->rank] = x->call;
+  for (int p = 0; p < x->run->nranks; p++) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }
 
 /*
@@ -374,7 +375,7 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
     unsigned spins = 0;
-    while (!(x->ready >> peer & 1) && (int)(*(volatile unsigned *)x->run->started[peer] - x->call) < 0 &&
+    while (!(x->ready >> peer & 1) && (int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 &&
            !rx_give_up(x, &spins)) {
     }
     x->ready |= 1ull << peer;
@@ -409,10 +410,15 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
     if (ubuf >= 0) {
       char *d = rx_at(x, wbuf, lo + k);
       rx_move(x->a, d, rx_at(x, ubuf, ulo + k), d, w, done, NULL);
-      __syncthreads();
     }
-    if (threadIdx.x == 0) rx_pop(x, cin, seq + 1);
     __syncthreads();
+    /* Counted drained without a fence: no slot of the sender's is freed,
+       only the count moves on (a later slot's wait sees it in order). */
+    if (threadIdx.x == 0) {
+      const RxFifo *f = rx_fifo(x, cin);
+      *(volatile unsigned long long *)f->head = seq + 1;
+      *(volatile unsigned long long *)f->taken = seq + 1;
+    }
   }
 }
 

@@ -44,7 +44,7 @@ typedef struct RxRun {
   const int *block_rank;   /* per block of the launch: its rank, TB and channel */
   const int *block_tb;
   const int *block_chan;
-  unsigned *const *started; /* per rank: the call its kernel runs, in that rank's memory (direct sends) */
+  unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends) */
   unsigned *epoch;         /* per block of the launch, [2b]: micro-batches of the calls before, [2b+1]: those calls */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
 } RxRun;

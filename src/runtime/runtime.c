@@ -435,11 +435,11 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long)));
     TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long)));
   }
-  /* Per rank, a word in its GPU's memory: the call its kernel runs (direct sends wait for it). */
+  /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
   unsigned **started = calloc((size_t)v->nranks, sizeof *started);
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &started[r], sizeof(unsigned)));
+    TRY(dev_alloc(v, &started[r], sizeof(unsigned) * (size_t)v->nranks));
   }
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
