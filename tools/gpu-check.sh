@@ -2,7 +2,8 @@
 # On a GPU machine: build resccl and libresccl, run the C API tests (CTest
 # label gpu), every shipped algorithm and every dtype x op on the GPUs
 # (virtual ranks on one GPU, and spread over all of them) checked against the
-# reference, compute-sanitizer on a small case, then the benchmarks.
+# reference, compute-sanitizer on a small case, then what one block pushes
+# to the peer (tools/probe-push.cu) and the benchmarks.
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
 # (`apt-get download liblua5.4-0 liblua5.4-dev`); they are unpacked to /opt/lua.
@@ -77,6 +78,13 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks
+
+# What one block pushes to the peer, by what it does per byte (tools/probe-push.cu).
+if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
+  build-gpu/probe-push >"$out/probe-push.txt" 2>&1 || fail=1
+  cat "$out/probe-push.txt"
+  took probe-push
+fi
 
 # Bandwidth: nccl-tests' table for each ring collective and the direct
 # all-to-all over every GPU, NCCL measured in the same run (resccl bench).

@@ -1,0 +1,144 @@
+/*
+** probe-push.cu — what a block moves to the peer GPU, by what it does per
+** byte: the ceiling a pushing block of the runtime is measured against.
+**   probe-push [MiB per GPU, 1024] [threads per block, 512]
+** Two GPUs with peer access push to each other at once; every block moves
+** one contiguous slice of 16-byte vectors, in pieces of 2 MiB (the runtime's
+** slot). Variants, each with 4, 8, 16 and 32 blocks:
+**   remote        loads here, stores to the peer, 8 loads in flight
+**   remote+local  the same, each vector also stored here (a copy-send)
+**   mover         the runtime's own copy (rx_copy16 of cuda.cuh), per piece
+**   mover+local   the same with its second destination here
+**   mover+publish the mover, then per piece what a direct send does after
+**                 it: block barrier, system fence, a counter stored to the peer
+** Prints GB/s per direction (the slower GPU). Built where nvcc is; run on a
+** machine with two GPUs (tools/gpu-check.sh runs it before the benchmarks).
+*/
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_abi.h"
+#include "tile.h"
+#include "cuda.cuh"
+
+#define PIECE ((size_t)2 << 20)
+
+enum { REMOTE, REMOTE_LOCAL, MOVER, MOVER_LOCAL, MOVER_PUBLISH, NVARIANTS };
+static const char *const names[NVARIANTS] = {"remote", "remote+local", "mover", "mover+local", "mover+publish"};
+
+/* Block b moves bytes [b * slice, (b + 1) * slice) of src to dst (the
+   peer's), and to mine too where the variant says. */
+__global__ void push(int variant, const char *src, char *dst, char *mine, size_t slice,
+                     unsigned long long *peer_count) {
+  size_t lo = (size_t)blockIdx.x * slice;
+  if (variant == REMOTE || variant == REMOTE_LOCAL) {
+    const int4 *s = (const int4 *)(src + lo);
+    int4 *d = (int4 *)(dst + lo), *l = variant == REMOTE_LOCAL ? (int4 *)(mine + lo) : NULL;
+    size_t nv = slice / 16, step = blockDim.x, i = threadIdx.x;
+    for (; i + 7 * step < nv; i += 8 * step) {
+      int4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; u++) v[u] = __ldcg(s + i + u * step);
+#pragma unroll
+      for (int u = 0; u < 8; u++) {
+        d[i + u * step] = v[u];
+        if (l) l[i + u * step] = v[u];
+      }
+    }
+    for (; i < nv; i += step) {
+      int4 x = __ldcg(s + i);
+      d[i] = x;
+      if (l) l[i] = x;
+    }
+    return;
+  }
+  for (size_t k = 0; k < slice; k += PIECE) {
+    size_t w = slice - k < PIECE ? slice - k : PIECE;
+    rx_copy16(dst + lo + k, src + lo + k, w, variant == MOVER_LOCAL ? mine + lo + k : NULL);
+    if (variant == MOVER_PUBLISH) {
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence_system();
+        *(volatile unsigned long long *)&peer_count[blockIdx.x] = k / PIECE + 1;
+      }
+    }
+  }
+}
+
+#define CK(call)                                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                       \
+      fprintf(stderr, "probe-push: %s: %s\n", #call, cudaGetErrorString(e_));     \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
+
+int main(int argc, char **argv) {
+  size_t bytes = (size_t)(argc > 1 ? atoi(argv[1]) : 1024) << 20;
+  int threads = argc > 2 ? atoi(argv[2]) : 512, ngpu = 0;
+  if (bytes < ((size_t)64 << 20) || threads < 32 || threads > 1024 || threads % 32) {
+    fprintf(stderr, "usage: probe-push [MiB per GPU, at least 64] [threads per block, a multiple of 32]\n");
+    return 2;
+  }
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2) {
+    printf("probe-push: needs two GPUs; skipped\n");
+    return 77;
+  }
+  char *src[2], *dst[2], *mine[2];
+  unsigned long long *count[2];
+  cudaStream_t st[2];
+  cudaEvent_t ev[2][2];
+  for (int g = 0; g < 2; g++) {
+    CK(cudaSetDevice(g));
+    CK(cudaDeviceEnablePeerAccess(1 - g, 0));
+    CK(cudaMalloc(&src[g], bytes));
+    CK(cudaMalloc(&dst[g], bytes));
+    CK(cudaMalloc(&mine[g], bytes));
+    CK(cudaMalloc(&count[g], 64 * sizeof(unsigned long long)));
+    CK(cudaMemset(src[g], g + 1, bytes));
+    CK(cudaStreamCreateWithFlags(&st[g], cudaStreamNonBlocking));
+    CK(cudaEventCreate(&ev[g][0]));
+    CK(cudaEventCreate(&ev[g][1]));
+  }
+  static const int blocks[] = {4, 8, 16, 32};
+  printf("# GB/s per direction, %zu MiB each way, %d threads per block\n%-14s", bytes >> 20, threads, "variant");
+  for (int b = 0; b < 4; b++) printf(" %8d blk", blocks[b]);
+  printf("\n");
+  for (int v = 0; v < NVARIANTS; v++) {
+    printf("%-14s", names[v]);
+    for (int b = 0; b < 4; b++) {
+      size_t slice = bytes / (size_t)blocks[b] / 16 * 16;
+      float best = 0;
+      for (int rep = 0; rep < 4; rep++) { /* the first is a warm-up; the best of the rest */
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          CK(cudaDeviceSynchronize());
+        }
+        for (int g = 0; g < 2; g++) {
+          CK(cudaSetDevice(g));
+          CK(cudaEventRecord(ev[g][0], st[g]));
+          push<<<blocks[b], threads, 0, st[g]>>>(v, src[g], dst[1 - g], mine[g], slice, count[1 - g]);
+          CK(cudaGetLastError());
+          CK(cudaEventRecord(ev[g][1], st[g]));
+        }
+        float slow = 0;
+        for (int g = 0; g < 2; g++) {
+          float ms = 0;
+          CK(cudaSetDevice(g));
+          CK(cudaEventSynchronize(ev[g][1]));
+          CK(cudaEventElapsedTime(&ms, ev[g][0], ev[g][1]));
+          slow = ms > slow ? ms : slow;
+        }
+        float gbs = (float)(slice * (size_t)blocks[b]) / (slow * 1e6f);
+        if (rep && gbs > best) best = gbs;
+      }
+      printf(" %12.1f", best);
+    }
+    printf("\n");
+  }
+  return 0;
+}
