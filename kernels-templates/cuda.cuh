@@ -7,7 +7,8 @@
 ** written by the sender, `head` (slots drained) lives with the sender and is
 ** written by the receiver, so each side polls local memory. Thread 0 waits,
 ** the whole block moves the data (16-byte vectors when aligned), thread 0
-** publishes after a system-scope fence. Flags order primitives of one rank
+** publishes data after a system-scope fence (a direct put's drained count
+** needs none, see rx_recv_put). Flags order primitives of one rank
 ** that sit on different TBs. Every TB of a launch must be resident at once.
 ** Primitives, TB bodies and the data movers (one per dtype) are not
 ** inlined: a tile is large, a call is cheap, and a program stays quick to
@@ -412,8 +413,11 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
       rx_move(x->a, d, rx_at(x, ubuf, ulo + k), d, w, done, NULL);
     }
     __syncthreads();
-    /* Counted drained without a fence: no slot of the sender's is freed,
-       only the count moves on (a later slot's wait sees it in order). */
+    /* Counted drained without a fence: a put filled no slot, so nothing
+       read here must finish first. The count frees slot index seq %
+       nslots for a later slot send on this connection, but what was last
+       read from that slot was drained by an rx_pop, whose fence came
+       before this store in thread 0's order. */
     if (threadIdx.x == 0) {
       const RxFifo *f = rx_fifo(x, cin);
       *(volatile unsigned long long *)f->head = seq + 1;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # libresccl through its C API (tests/test_runtime.c).
-#   runtime.sh RESCCL TEST_RUNTIME build   a plan builds with NVRTC for sm_90 (nvcc_emit.sh
+#   runtime.sh RESCCL TEST_RUNTIME build   plans build with NVRTC for sm_90 at their default
+#                                          threads, 512 and 1024 (reduce-scatter) (nvcc_emit.sh
 #                                          compiles every algorithm; NVRTC is the runtime's path)
 #   runtime.sh RESCCL TEST_RUNTIME run     the collectives on the GPUs (RANKS=N, default
 #                                          max(2, GPUs); more ranks than GPUs share them)
@@ -12,7 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ "$mode" = build ]; then
   export RESCCL_CACHE="$tmp/cache" # build for real, not from an earlier run
-  for name in allreduce_ring; do
+  for name in allreduce_ring reducescatter_ring; do
     alg=$src/algorithms/$name.lua
     case $name in *_hm) args=topo=a100:2x2 ;; *) args=ranks=4 ;; esac
     "$bin" compile "$alg" $args --plan "$tmp/$name.plan"

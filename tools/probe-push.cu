@@ -1,6 +1,6 @@
 /*
-** probe-push.cu — what a block moves to the peer GPU, by what it does per
-** byte: the ceiling a pushing block of the runtime is measured against.
+** probe-push.cu — what 4 to 32 blocks move to the peer GPU, by what each
+** does per byte: the ceiling the runtime's pushing blocks are measured against.
 **   probe-push [MiB per GPU, 1024] [threads per block, 512]
 ** Two GPUs with peer access push to each other at once; every block moves
 ** one contiguous slice of 16-byte vectors, in pieces of 2 MiB (the runtime's
@@ -8,7 +8,7 @@
 **   remote        loads here, stores to the peer, 8 loads in flight
 **   remote+local  the same, each vector also stored here (a copy-send)
 **   mover         the runtime's own copy (rx_copy16 of cuda.cuh), per piece
-**   mover+local   the same with its second destination here
+**   mover+local   the same as a copy-send calls it: here, and the peer second
 **   mover+publish the mover, then per piece what a direct send does after
 **                 it: block barrier, system fence, a counter stored to the peer
 ** Prints GB/s per direction (the slower GPU). Built where nvcc is; run on a
@@ -31,7 +31,7 @@ static const char *const names[NVARIANTS] = {"remote", "remote+local", "mover", 
 
 /* Block b moves bytes [b * slice, (b + 1) * slice) of src to dst (the
    peer's), and to mine too where the variant says. */
-__global__ void push(int variant, const char *src, char *dst, char *mine, size_t slice,
+__global__ void __launch_bounds__(1024) push(int variant, const char *src, char *dst, char *mine, size_t slice,
                      unsigned long long *peer_count) {
   size_t lo = (size_t)blockIdx.x * slice;
   if (variant == REMOTE || variant == REMOTE_LOCAL) {
@@ -57,7 +57,8 @@ __global__ void push(int variant, const char *src, char *dst, char *mine, size_t
   }
   for (size_t k = 0; k < slice; k += PIECE) {
     size_t w = slice - k < PIECE ? slice - k : PIECE;
-    rx_copy16(dst + lo + k, src + lo + k, w, variant == MOVER_LOCAL ? mine + lo + k : NULL);
+    if (variant == MOVER_LOCAL) rx_copy16(mine + lo + k, src + lo + k, w, dst + lo + k); /* as a copy-send calls it */
+    else rx_copy16(dst + lo + k, src + lo + k, w, NULL);
     if (variant == MOVER_PUBLISH) {
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -84,8 +85,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: probe-push [MiB per GPU, at least 64] [threads per block, a multiple of 32]\n");
     return 2;
   }
-  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2) {
-    printf("probe-push: needs two GPUs; skipped\n");
+  int peer = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu < 2 || cudaDeviceCanAccessPeer(&peer, 0, 1) != cudaSuccess || !peer) {
+    printf("probe-push: needs two GPUs with peer access; skipped\n");
     return 77;
   }
   char *src[2], *dst[2], *mine[2];

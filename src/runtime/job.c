@@ -67,7 +67,7 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   OK(resccl_comm_init_all(comm, R, devs));
   RtConf conf;
   rt_conf_env(&conf);
-  conf.nchan = j->nchan, conf.threads = j->threads, conf.nslots = j->nslots, conf.slot_bytes = j->slot_bytes;
+  conf.nchan = j->nchan, conf.threads = j->threads ? j->threads : conf.threads, conf.nslots = j->nslots, conf.slot_bytes = j->slot_bytes;
   conf.nmicro = j->nmicro, conf.timeout_s = j->timeout_s, conf.direct = j->direct;
   OK(rt_plan_load(comm[0], j->plan_path, &conf));
   for (int r = 0; r < R; r++) {

@@ -511,6 +511,14 @@ static void plan_unload(Group *g, RtPlan *p) {
 
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
 
+/* Threads per block of a collective's plan, `asked` unless 0: a
+   reduce-scatter is bound by its reducing blocks, which gain from 1024
+   threads (more loads in flight: +3-24% from 32 MiB on 2xH200) where copies
+   and all-reduce lose 2-13% (BENCHMARKS.md). */
+static int plan_threads(int asked, const char *coll) {
+  return asked ? asked : !strcmp(coll, "reducescatter") ? 1024 : 512;
+}
+
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
   if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
@@ -547,10 +555,7 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   }
   fclose(f);
   if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
-  /* Threads per block: a reduce-scatter is bound by its reducing blocks,
-     which gain from 1024 threads (more loads in flight: +8-24% from 128 MiB
-     on 2xH200) where copies and all-reduce lose 2-13% (BENCHMARKS.md). */
-  if (rc == resccl_success && !p->conf.threads) p->conf.threads = !strcmp(p->coll, "reducescatter") ? 1024 : 512;
+  if (rc == resccl_success) p->conf.threads = plan_threads(conf->threads, p->coll);
   for (int i = 0; i < 2 && rc == resccl_success; i++)
     if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
@@ -578,7 +583,7 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   while ((rc = read_variant(f, path, &p, &v)) == resccl_success && v) {
     char *cubin;
     size_t len;
-    rc = rt_cubin(v->src, arch, threads, &cubin, &len);
+    rc = rt_cubin(v->src, arch, plan_threads(threads, p.coll), &cubin, &len);
     variant_free(NULL, v);
     if (rc != resccl_success) break;
     free(cubin), n++;

@@ -25,7 +25,8 @@ void rt_conf_env(RtConf *c);
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
 resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n);
-/* Build every placement of a plan file for sm_<arch>: the check CI can run without a GPU. */
+/* Build every placement of a plan file for sm_<arch> and `threads` (0: the plan's default): the check CI
+   can run without a GPU. */
 resccl_result_t rt_plan_build(const char *path, int arch, int threads);
 /* Record the message of a failure and return its code. */
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
