@@ -178,6 +178,66 @@ template <typename T> __device__ static inline T rx_red(int op, int div, T a, T 
   return div ? rx_div(v, div) : v;
 }
 
+/* Elements of 16-byte vectors. */
+template <typename T> union RxVec {
+  int4 raw;
+  T e[16 / sizeof(T)];
+};
+
+template <int OP, typename T, int K> __device__ static inline void rx_apply(RxVec<T> (&x)[K], const RxVec<T> (&y)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; k++)
+#pragma unroll
+    for (int j = 0; j < (int)(16 / sizeof(T)); j++) x[k].e[j] = rx_op(OP, x[k].e[j], y[k].e[j]);
+}
+
+/* Bytes four to a word: modular sums, signed or unsigned max and min in one
+   instruction per word, as rx_op gives them element by element. */
+template <int OP, int K> __device__ static inline void rx_apply(RxVec<int8_t> (&x)[K], const RxVec<int8_t> (&y)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    unsigned *a = (unsigned *)&x[k].raw;
+    const unsigned *b = (const unsigned *)&y[k].raw;
+#pragma unroll
+    for (int w = 0; w < 4; w++)
+      a[w] = OP == RX_MAX ? __vmaxs4(a[w], b[w]) : OP == RX_MIN ? __vmins4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
+    if (OP == RX_PROD)
+#pragma unroll
+      for (int j = 0; j < 16; j++) x[k].e[j] = rx_op(RX_PROD, x[k].e[j], y[k].e[j]);
+  }
+}
+template <int OP, int K> __device__ static inline void rx_apply(RxVec<uint8_t> (&x)[K], const RxVec<uint8_t> (&y)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    unsigned *a = (unsigned *)&x[k].raw;
+    const unsigned *b = (const unsigned *)&y[k].raw;
+#pragma unroll
+    for (int w = 0; w < 4; w++)
+      a[w] = OP == RX_MAX ? __vmaxu4(a[w], b[w]) : OP == RX_MIN ? __vminu4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
+    if (OP == RX_PROD)
+#pragma unroll
+      for (int j = 0; j < 16; j++) x[k].e[j] = rx_op(RX_PROD, x[k].e[j], y[k].e[j]);
+  }
+}
+
+/* x = x (op) y over K vectors, divided by div unless it is 0: the op is
+   chosen once per K vectors, not per element (which made NVRTC six times
+   slower and cost registers). */
+template <typename T, int K>
+__device__ static inline void rx_combine(int op, int div, RxVec<T> (&x)[K], const RxVec<T> (&y)[K]) {
+  switch (op) {
+  case RX_PROD: rx_apply<RX_PROD>(x, y); break;
+  case RX_MAX: rx_apply<RX_MAX>(x, y); break;
+  case RX_MIN: rx_apply<RX_MIN>(x, y); break;
+  default: rx_apply<RX_SUM>(x, y); break;
+  }
+  if (div)
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+      for (int j = 0; j < (int)(16 / sizeof(T)); j++) x[k].e[j] = rx_div(x[k].e[j], div);
+}
+
 /* out[i] = operand[i] (+) in[i], divided by div unless it is 0; the block
    strides, V elements per 16-byte access when aligned. */
 template <typename T>
@@ -185,32 +245,26 @@ __device__ static __noinline__ void rx_move_t(T *out, const T *operand, const T 
   const int V = 16 / sizeof(T);
   size_t head = 0;
   if (((uintptr_t)out | (uintptr_t)operand | (uintptr_t)in | (uintptr_t)fwd) % 16 == 0) {
-    union Vec {
-      int4 raw;
-      T e[16 / sizeof(T)];
-    };
     size_t nv = n / V, i = threadIdx.x, step = blockDim.x;
     const int4 *u4 = (const int4 *)operand, *s4 = (const int4 *)in;
     int4 *o4 = (int4 *)out, *f4 = (int4 *)fwd;
     for (; i + (RX_UNROLL / 2 - 1) * step < nv; i += RX_UNROLL / 2 * step) {
-      Vec x[RX_UNROLL / 2], y[RX_UNROLL / 2];
+      RxVec<T> x[RX_UNROLL / 2], y[RX_UNROLL / 2];
 #pragma unroll
       for (int k = 0; k < RX_UNROLL / 2; k++) x[k].raw = rx_ld16(u4 + i + k * step), y[k].raw = rx_ld16(s4 + i + k * step);
+      rx_combine(op, div, x, y);
 #pragma unroll
       for (int k = 0; k < RX_UNROLL / 2; k++) {
-#pragma unroll
-        for (int j = 0; j < V; j++) x[k].e[j] = rx_red(op, div, x[k].e[j], y[k].e[j]);
         o4[i + k * step] = x[k].raw;
         if (f4) f4[i + k * step] = x[k].raw;
       }
     }
     for (; i < nv; i += step) {
-      Vec x, y;
-      x.raw = rx_ld16(u4 + i), y.raw = rx_ld16(s4 + i);
-#pragma unroll
-      for (int j = 0; j < V; j++) x.e[j] = rx_red(op, div, x.e[j], y.e[j]);
-      o4[i] = x.raw;
-      if (f4) f4[i] = x.raw;
+      RxVec<T> x[1], y[1];
+      x[0].raw = rx_ld16(u4 + i), y[0].raw = rx_ld16(s4 + i);
+      rx_combine(op, div, x, y);
+      o4[i] = x[0].raw;
+      if (f4) f4[i] = x[0].raw;
     }
     head = nv * V;
   }
