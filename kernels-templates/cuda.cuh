@@ -178,9 +178,10 @@ template <typename T> __device__ static inline T rx_red(int op, int div, T a, T 
   return div ? rx_div(v, div) : v;
 }
 
-/* Elements of 16-byte vectors. */
+/* A 16-byte vector: loaded whole, reduced as words or elements. */
 template <typename T> union RxVec {
   int4 raw;
+  unsigned u[4];
   T e[16 / sizeof(T)];
 };
 
@@ -196,8 +197,8 @@ template <int OP, typename T, int K> __device__ static inline void rx_apply(RxVe
 template <int OP, int K> __device__ static inline void rx_apply(RxVec<int8_t> (&x)[K], const RxVec<int8_t> (&y)[K]) {
 #pragma unroll
   for (int k = 0; k < K; k++) {
-    unsigned *a = (unsigned *)&x[k].raw;
-    const unsigned *b = (const unsigned *)&y[k].raw;
+    unsigned *a = x[k].u;
+    const unsigned *b = y[k].u;
 #pragma unroll
     for (int w = 0; w < 4; w++)
       a[w] = OP == RX_MAX ? __vmaxs4(a[w], b[w]) : OP == RX_MIN ? __vmins4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
@@ -209,8 +210,8 @@ template <int OP, int K> __device__ static inline void rx_apply(RxVec<int8_t> (&
 template <int OP, int K> __device__ static inline void rx_apply(RxVec<uint8_t> (&x)[K], const RxVec<uint8_t> (&y)[K]) {
 #pragma unroll
   for (int k = 0; k < K; k++) {
-    unsigned *a = (unsigned *)&x[k].raw;
-    const unsigned *b = (const unsigned *)&y[k].raw;
+    unsigned *a = x[k].u;
+    const unsigned *b = y[k].u;
 #pragma unroll
     for (int w = 0; w < 4; w++)
       a[w] = OP == RX_MAX ? __vmaxu4(a[w], b[w]) : OP == RX_MIN ? __vminu4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
