@@ -4,7 +4,8 @@
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probe-push.cu) and the benchmarks.
-#   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes
+#   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
+#                                    LANES parallel lanes for the virtual-rank checks
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
 # (`apt-get download liblua5.4-0 liblua5.4-dev`); they are unpacked to /opt/lua.
 set -u
@@ -38,11 +39,40 @@ if [ "${CHECKS:-1}" = 1 ]; then
   printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(tail -1 "$out/ctest-gpu.txt" | cut -c1-60)"
   printf '%-44s %s\n' "C API, 4 ranks on $ngpu GPUs" "$(tail -1 "$out/runtime-r4.txt")"
 fi
+# Checks are queued, then run: those on virtual ranks (ndev=1) in LANES
+# parallel lanes (default two per GPU, each lane on one GPU), the others one
+# at a time; most of a check's time is starting CUDA, not the GPU.
+rm -f "$out/queue.virtual" "$out/queue.gpus"
 check() { # name args...
+  case " $* " in *" ndev=1 "*) echo "$*" >>"$out/queue.virtual" ;; *) echo "$*" >>"$out/queue.gpus" ;; esac
+}
+run_check() { # name args...
   name=$1
   shift
-  if "$bin" run "$@" --gpu >"$out/$name.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
-  printf '%-44s %s  %s\n' "$name" "$r" "$(grep -E '^exec ' "$out/$name.txt" | sed 's/  */ /g' | cut -c1-100 | head -1)"
+  if "$bin" run "$@" --gpu >"$out/$name.txt" 2>&1; then r=PASS; else r=FAIL; fi
+  printf '%-44s %s  %s\n' "$name" "$r" "$(grep -E '^exec ' "$out/$name.txt" | sed 's/  */ /g' | cut -c1-100 | head -1)" \
+    >"$out/$name.result"
+}
+run_queue() { # file lanes: lane k runs lines k, k + lanes, ... on GPU k mod ngpu
+  [ -f "$1" ] || return 0
+  k=0
+  while [ $k -lt "$2" ]; do
+    (
+      [ "$2" -gt 1 ] && export CUDA_VISIBLE_DEVICES=$((k % ngpu))
+      i=0
+      while read -r line; do
+        [ $((i % $2)) = $k ] && run_check $line
+        i=$((i + 1))
+      done <"$1"
+    ) &
+    k=$((k + 1))
+  done
+  wait
+  while read -r line; do
+    set -- $line
+    cat "$out/$1.result"
+    grep -q ' FAIL ' "$out/$1.result" && fail=1
+  done <"$1"
 }
 big="count=1048576 nmicro=4 slots=4 slot_bytes=524288 iters=5"
 [ "${CHECKS:-1}" = 1 ] && for a in allgather_ring reducescatter_ring allreduce_ring allgather_allpairs alltoall_direct allreduce_rd; do
@@ -67,6 +97,8 @@ if [ "${CHECKS:-1}" = 1 ]; then
     check "allreduce_ring.r2.$dt.avg.gpu$ngpu" algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" $big dtype=$dt op=avg
     check "allgather_ring.r4.$dt" algorithms/allgather_ring.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=$dt
   done
+  run_queue "$out/queue.virtual" "${LANES:-$((2 * ngpu))}"
+  run_queue "$out/queue.gpus" 1
 fi
 # compute-sanitizer on a small case: memory errors, and shared-memory races.
 if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
