@@ -75,7 +75,8 @@ run_queue() { # file lanes: lane k runs lines k, k + lanes, ... on GPU k mod ngp
   done <"$1"
 }
 big="count=1048576 nmicro=4 slots=4 slot_bytes=524288 iters=5"
-[ "${CHECKS:-1}" = 1 ] && for a in allgather_ring reducescatter_ring allreduce_ring allgather_allpairs alltoall_direct allreduce_rd; do
+[ "${CHECKS:-1}" = 1 ] && for a in allgather_ring reducescatter_ring allreduce_ring allgather_allpairs alltoall_direct allreduce_rd \
+  allreduce_allpairs; do
   check "$a.r4.virtual" "algorithms/$a.lua" ranks=4 ndev=1 count=4099 nmicro=3 slots=2 slot_bytes=4096
   check "$a.r2.gpu$ngpu" "algorithms/$a.lua" ranks=2 ndev="$ngpu" $big
 done
@@ -123,7 +124,7 @@ fi
 # Bandwidth: nccl-tests' table for each ring collective and the direct
 # all-to-all over every GPU, NCCL measured in the same run (resccl bench).
 if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
-  for a in allreduce_ring allgather_ring reducescatter_ring alltoall_direct; do
+  for a in allreduce_ring allreduce_allpairs allgather_ring reducescatter_ring alltoall_direct; do
     "$bin" bench "algorithms/$a.lua" -g "$ngpu" -b "${BMIN:-1M}" -e "${BMAX:-8G}" -f 2 -n 20 -w 5 \
       >"$out/bench-$a.txt" 2>&1 || fail=1 bfail=1
     cat "$out/bench-$a.txt"

@@ -5,7 +5,7 @@
 local resccl = require "resccl"
 
 local ALGS = { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
-  "allgather_allpairs", "alltoall_direct", "allreduce_rd" }
+  "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" }
 
 local function args_for(name, n)
   if name:match "_hm$" then

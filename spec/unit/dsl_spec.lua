@@ -137,7 +137,7 @@ end)
 describe("resccl.load", function()
   it("loads every shipped algorithm", function()
     for _, f in ipairs { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
-      "allgather_allpairs", "alltoall_direct", "allreduce_rd" } do
+      "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" } do
       local alg = resccl.load("algorithms/" .. f .. ".lua")
       assert.equal(f, alg.name)
     end
