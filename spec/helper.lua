@@ -1,6 +1,10 @@
 --- Shared spec utilities: run the CLI, strip tracebacks, locate files.
 local M = {}
 
+--- Every shipped algorithm, by name (algorithms/NAME.lua).
+M.algorithms = { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
+  "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" }
+
 --- The resccl binary under test (CTest sets RESCCL_BIN).
 M.bin = os.getenv "RESCCL_BIN" or "build/resccl"
 

@@ -6,8 +6,7 @@
 -- configuration at every count from 2 to 32.)
 local resccl = require "resccl"
 
-local ALGS = { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
-  "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" }
+local ALGS = require("helper").algorithms
 
 -- Topology arguments per rank count; the hierarchical ones also on a100 nodes.
 local SMALL = { { ranks = 2 }, { ranks = 3 }, { ranks = 4 }, { ranks = 5 }, { ranks = 8 } }

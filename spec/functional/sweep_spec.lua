@@ -4,8 +4,7 @@
 -- allows, else on one flat node. 1024 ranks compile-only: tools/compile-bench.
 local resccl = require "resccl"
 
-local ALGS = { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
-  "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" }
+local ALGS = require("helper").algorithms
 
 local function args_for(name, n)
   if name:match "_hm$" then

@@ -136,11 +136,18 @@ end)
 
 describe("resccl.load", function()
   it("loads every shipped algorithm", function()
-    for _, f in ipairs { "allgather_ring", "reducescatter_ring", "allreduce_ring", "allgather_hm", "allreduce_hm",
-      "allgather_allpairs", "alltoall_direct", "allreduce_rd", "allreduce_allpairs" } do
+    for _, f in ipairs(h.algorithms) do
       local alg = resccl.load("algorithms/" .. f .. ".lua")
       assert.equal(f, alg.name)
     end
+    -- and the specs' list names every file there
+    local files, p = {}, assert(io.popen "ls algorithms/*.lua")
+    for line in p:lines() do files[#files + 1] = line:match "([%w_]+)%.lua$" end
+    p:close()
+    local listed = { table.unpack(h.algorithms) }
+    table.sort(files)
+    table.sort(listed)
+    assert.same(files, listed)
   end)
 
   it("runs scripts in a sandbox", function()
