@@ -114,7 +114,7 @@ took checks
 
 # What 4 to 32 blocks push to the peer, by what each does per byte (tools/probe-push.cu).
 if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; then
-  build-gpu/probe-push >"$out/probe-push.txt" 2>&1
+  { build-gpu/probe-push 1024 512 && build-gpu/probe-push 1024 1024; } >"$out/probe-push.txt" 2>&1
   case $? in 0 | 77) r=ran ;; *) r=FAILED fail=1 ;; esac
   cat "$out/probe-push.txt"
   echo "probe-push: $r"

@@ -6,11 +6,15 @@
 ** one contiguous slice of 16-byte vectors, in pieces of 2 MiB (the runtime's
 ** slot). Variants, each with 4, 8, 16 and 32 blocks:
 **   remote        loads here, stores to the peer, 8 loads in flight
-**   remote+local  the same, each vector also stored here (a copy-send)
+**   remote x16    the same with 16 loads in flight
+**   remote .cs    the same with streaming stores
+**   remote+local  8 loads, each vector also stored here (a copy-send)
 **   mover         the runtime's own copy (rx_copy16 of cuda.cuh), per piece
 **   mover+local   the same as a copy-send calls it: here, and the peer second
 **   mover+publish the mover, then per piece what a direct send does after
 **                 it: block barrier, system fence, a counter stored to the peer
+** The kernel is built for at most 512 or 1024 threads (the runtime's launch
+** bounds), so at 1024 the x16 variant spills, as the runtime would.
 ** Prints GB/s per direction (the slower GPU). Built where nvcc is; run on a
 ** machine with two GPUs (tools/gpu-check.sh runs it before the benchmarks).
 */
@@ -26,34 +30,46 @@
 
 #define PIECE ((size_t)2 << 20)
 
-enum { REMOTE, REMOTE_LOCAL, MOVER, MOVER_LOCAL, MOVER_PUBLISH, NVARIANTS };
-static const char *const names[NVARIANTS] = {"remote", "remote+local", "mover", "mover+local", "mover+publish"};
+enum { REMOTE, REMOTE16, REMOTE_CS, REMOTE_LOCAL, MOVER, MOVER_LOCAL, MOVER_PUBLISH, NVARIANTS };
+static const char *const names[NVARIANTS] = {"remote",      "remote x16", "remote .cs",   "remote+local",
+                                             "mover",       "mover+local", "mover+publish"};
+
+/* nv vectors of s to d (and l), U loads in flight per thread; CS: streaming
+   stores (st.global.cs) to the peer. */
+template <int U, bool CS> __device__ static void plain(const int4 *s, int4 *d, int4 *l, size_t nv) {
+  size_t step = blockDim.x, i = threadIdx.x;
+  for (; i + (U - 1) * step < nv; i += U * step) {
+    int4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = __ldcg(s + i + u * step);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (CS) __stcs(d + i + u * step, v[u]);
+      else d[i + u * step] = v[u];
+      if (l) l[i + u * step] = v[u];
+    }
+  }
+  for (; i < nv; i += step) {
+    int4 x = __ldcg(s + i);
+    d[i] = x;
+    if (l) l[i] = x;
+  }
+}
 
 /* Block b moves bytes [b * slice, (b + 1) * slice) of src to dst (the
-   peer's), and to mine too where the variant says. */
-__global__ void __launch_bounds__(1024) push(int variant, const char *src, char *dst, char *mine, size_t slice,
-                     unsigned long long *peer_count) {
+   peer's), and to mine too where the variant says. Built for at most B
+   threads per block, as the runtime builds its kernels for theirs. */
+template <int B>
+__global__ void __launch_bounds__(B) push(int variant, const char *src, char *dst, char *mine, size_t slice,
+                                          unsigned long long *peer_count) {
   size_t lo = (size_t)blockIdx.x * slice;
-  if (variant == REMOTE || variant == REMOTE_LOCAL) {
-    const int4 *s = (const int4 *)(src + lo);
-    int4 *d = (int4 *)(dst + lo), *l = variant == REMOTE_LOCAL ? (int4 *)(mine + lo) : NULL;
-    size_t nv = slice / 16, step = blockDim.x, i = threadIdx.x;
-    for (; i + 7 * step < nv; i += 8 * step) {
-      int4 v[8];
-#pragma unroll
-      for (int u = 0; u < 8; u++) v[u] = __ldcg(s + i + u * step);
-#pragma unroll
-      for (int u = 0; u < 8; u++) {
-        d[i + u * step] = v[u];
-        if (l) l[i + u * step] = v[u];
-      }
-    }
-    for (; i < nv; i += step) {
-      int4 x = __ldcg(s + i);
-      d[i] = x;
-      if (l) l[i] = x;
-    }
-    return;
+  const int4 *s = (const int4 *)(src + lo);
+  int4 *d = (int4 *)(dst + lo);
+  switch (variant) {
+  case REMOTE: return plain<8, false>(s, d, NULL, slice / 16);
+  case REMOTE16: return plain<16, false>(s, d, NULL, slice / 16);
+  case REMOTE_CS: return plain<8, true>(s, d, NULL, slice / 16);
+  case REMOTE_LOCAL: return plain<8, false>(s, d, (int4 *)(mine + lo), slice / 16);
   }
   for (size_t k = 0; k < slice; k += PIECE) {
     size_t w = slice - k < PIECE ? slice - k : PIECE;
@@ -123,7 +139,8 @@ int main(int argc, char **argv) {
         for (int g = 0; g < 2; g++) {
           CK(cudaSetDevice(g));
           CK(cudaEventRecord(ev[g][0], st[g]));
-          push<<<blocks[b], threads, 0, st[g]>>>(v, src[g], dst[1 - g], mine[g], slice, count[1 - g]);
+          if (threads <= 512) push<512><<<blocks[b], threads, 0, st[g]>>>(v, src[g], dst[1 - g], mine[g], slice, count[1 - g]);
+          else push<1024><<<blocks[b], threads, 0, st[g]>>>(v, src[g], dst[1 - g], mine[g], slice, count[1 - g]);
           CK(cudaGetLastError());
           CK(cudaEventRecord(ev[g][1], st[g]));
         }
