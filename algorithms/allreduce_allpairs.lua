@@ -3,7 +3,9 @@
 -- each rank then reduces what arrived into its output. One hop, so the least
 -- latency; each rank sends N-1 buffers (the ring: 2(N-1)/N, the same on two
 -- ranks) and reduces N-1 (the ring: (N-1)/N). The scratch keeps the sent
--- values apart from the reduction, so the program serves in-place calls too.
+-- values apart from the reduction, so the program serves in-place calls too;
+-- out of place the compiler folds the first receive and its reduction into
+-- one (on two ranks: a put reduced where it lands, two TBs per rank).
 return resccl.algorithm {
   name = "allreduce_allpairs",
   collective = "allreduce",

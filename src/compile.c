@@ -43,7 +43,7 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
   if (t->nranks != p->nranks)
     return err_set(e, RC_ETOPO, "topology %s has %d ranks, program %s has %d", t->spec, t->nranks, p->name,
                    p->nranks);
-  STAGE(ST_DAG, dag_build(&pl->dag, p, t, o->inplace, e));
+  STAGE(ST_DAG, dag_build(&pl->dag, p, t, o->inplace, o->tb == TB_MANUAL, e));
   STAGE(ST_SCHED, sched_run(&pl->sched, &pl->dag, o->sched, e));
   pl->nofuse = xcalloc((size_t)pl->dag.n + 1, 1);
   for (int round = 0;; round++) {

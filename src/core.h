@@ -156,8 +156,9 @@ rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
 /* ---------------------------------------------------------------- elide.c */
 
 /* Drop placement copies: forward copies of read-only data into their readers,
-   and fold a final copy into the task that produced its value. */
-void elide_copies(const Program *p, Task *t, int *n);
+   and fold a final copy into the task that produced its value; unless
+   `manual`, fold a local reduction of a received value into its receive. */
+void elide_copies(const Program *p, Task *t, int *n, int manual);
 
 /* ---------------------------------------------------------------- topo.c */
 
@@ -220,7 +221,8 @@ typedef struct {
   int *succ_off, *succ;    /* CSR: successors */
 } Dag;
 
-rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e);
+/* `manual`: TBs are placed by hand (no reduction folds a receive into another TB's work). */
+rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, int manual, Err *e);
 void dag_free(Dag *d);
 
 /* --------------------------------------------------------------- sched.c */

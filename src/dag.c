@@ -25,10 +25,10 @@ static int edge_cmp(const void *a, const void *b) {
   return x->rank - y->rank;
 }
 
-rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, Err *e) {
+rcStatus dag_build(Dag *d, const Program *p, const Topo *t, int inplace, int manual, Err *e) {
   memset(d, 0, sizeof *d);
   RC_CHECK(prog_tasks(p, inplace, &d->t, &d->n, e));
-  elide_copies(p, d->t, &d->n);
+  elide_copies(p, d->t, &d->n, manual);
   int n = d->n, R = p->nranks;
   int size[NBUF], off[NBUF], per = 0;
   for (int b = 0; b < NBUF; b++) size[b] = prog_bufchunks(p, b), off[b] = per, per += size[b];

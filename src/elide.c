@@ -109,10 +109,10 @@ typedef struct {
   char write;
 } Access;
 
-static void fold(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
-  /* Per-location access lists (CSR), in task order. */
+/* Every location's accesses by the tasks not dropped, as CSR: location x's
+   list is acc[cnt[x] .. cnt[x + 1]). */
+static Access *accesses(const Locs *L, size_t nloc, Task *t, int n, const char *drop, int **cntp) {
   int *cnt = xcalloc(nloc + 2, sizeof *cnt);
-  char *moved = xcalloc((size_t)n + 1, 1); /* a producer is retargeted at most once */
   for (int i = 0; i < n; i++) {
     if (drop[i]) continue;
     Task *k = &t[i];
@@ -131,40 +131,92 @@ static void fold(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
       for (int c = 0; c < k->cnt; c++) acc[cnt[lid(L, rk[r], bf[r], *ix[r]) + c + 1]++] = (Access){i, 0};
     for (int c = 0; c < k->cnt; c++) acc[cnt[lid(L, k->dst, k->dbuf, k->didx) + c + 1]++] = (Access){i, 1};
   }
-  /* cnt[x] .. cnt[x+1] is now location x's list. */
+  *cntp = cnt;
+  return acc;
+}
+
+/* The task whose write location l holds when task e reads it, if e is the
+   only reader of that value and it dies after (overwritten, or scratch):
+   else -1. */
+static int sole_writer(const Access *acc, const int *cnt, size_t l, int e, int scratch) {
+  int k = cnt[l], end = cnt[l + 1], w = -1;
+  while (k < end && !(acc[k].task == e && !acc[k].write)) {
+    w = acc[k].write ? acc[k].task : -2;
+    k++;
+  }
+  if (w < 0 || k == end) return -1;
+  if (k + 1 < end && !acc[k + 1].write) return -1;
+  return k + 1 < end || scratch ? w : -1;
+}
+
+/* Whether a task between w and e (exclusive) accesses location l (writes it,
+   when `writes`). */
+static int touched(const Access *acc, const int *cnt, size_t l, int w, int e, int writes) {
+  for (int j = cnt[l]; j < cnt[l + 1]; j++)
+    if (acc[j].task > w && acc[j].task < e && (acc[j].write || !writes)) return 1;
+  return 0;
+}
+
+static void fold(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
+  int *cnt;
+  Access *acc = accesses(L, nloc, t, n, drop, &cnt);
+  char *moved = xcalloc((size_t)n + 1, 1); /* a producer is retargeted at most once */
   for (int e = 0; e < n; e++) {
     Task *E = &t[e];
     if (drop[e] || !is_copy(E) || E->cnt != 1) continue;
     size_t l = lid(L, E->src, E->sbuf, E->sidx), l2 = lid(L, E->dst, E->dbuf, E->didx);
-    /* Find E's read of L, and the write W just before it. */
-    int k = cnt[l], end = cnt[l + 1], w = -1;
-    while (k < end && !(acc[k].task == e && !acc[k].write)) {
-      w = acc[k].write ? acc[k].task : -2;
-      k++;
-    }
-    if (w < 0 || k == end || t[w].cnt != 1 || t[w].dst != E->src || drop[w] || moved[w]) continue;
-    /* Nobody else reads W's value; L is overwritten afterwards or is scratch. */
-    int after = k + 1;
-    if (after < end && !acc[after].write) continue;
-    if (after == end && E->sbuf != BUF_SCRATCH) continue;
-    /* L' untouched between W and E. */
-    int touched = 0;
-    for (int j = cnt[l2]; j < cnt[l2 + 1]; j++)
-      if (acc[j].task > w && acc[j].task < e) touched = 1;
-    if (touched) continue;
+    int w = sole_writer(acc, cnt, l, e, E->sbuf == BUF_SCRATCH);
+    if (w < 0 || t[w].cnt != 1 || t[w].dst != E->src || drop[w] || moved[w] || touched(acc, cnt, l2, w, e, 0)) continue;
     t[w].dbuf = E->dbuf, t[w].didx = E->didx; /* the operand of a reduction stays L */
     drop[e] = moved[w] = 1;
   }
   free(cnt), free(acc), free(moved);
 }
 
-void elide_copies(const Program *p, Task *t, int *n) {
+/*
+** Folding a reduction. A local reduction E: D = O (+) L, where L holds
+** exactly what one copy W wrote, nobody else reads that value, D is
+** untouched and O unwritten between W and E: W reduces into D with operand O
+** directly and E goes away (a receive into scratch, then its reduction into
+** the output, becomes one receive that reduces: recvReduceCopy, or a direct
+** put reduced where it lands). Not when O overlaps D: data cannot land on
+** its operand, so the fold would turn a direct put into scratch and a local
+** reduction into a transfer through the FIFO.
+*/
+static void fold_reductions(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
+  int *cnt;
+  Access *acc = accesses(L, nloc, t, n, drop, &cnt);
+  char *moved = xcalloc((size_t)n + 1, 1);
+  for (int e = 0; e < n; e++) {
+    Task *E = &t[e];
+    if (drop[e] || E->src != E->dst || E->op != OP_REDUCE ||
+        (E->obuf == E->dbuf && E->oidx < E->didx + E->cnt && E->didx < E->oidx + E->cnt))
+      continue;
+    size_t l = lid(L, E->src, E->sbuf, E->sidx), d = lid(L, E->dst, E->dbuf, E->didx),
+           o = lid(L, E->dst, E->obuf, E->oidx);
+    int w = sole_writer(acc, cnt, l, e, E->sbuf == BUF_SCRATCH);
+    for (int c = 1; c < E->cnt && w >= 0; c++)
+      if (sole_writer(acc, cnt, l + c, e, E->sbuf == BUF_SCRATCH) != w) w = -1;
+    if (w < 0 || drop[w] || moved[w] || moved[e]) continue;
+    Task *W = &t[w];
+    if (W->op != OP_COPY || W->dst != E->src || W->dbuf != E->sbuf || W->didx != E->sidx || W->cnt != E->cnt) continue;
+    int busy = 0;
+    for (int c = 0; c < E->cnt && !busy; c++) busy = touched(acc, cnt, d + c, w, e, 0) || touched(acc, cnt, o + c, w, e, 1);
+    if (busy) continue;
+    W->op = OP_REDUCE, W->dbuf = E->dbuf, W->didx = E->didx, W->obuf = E->obuf, W->oidx = E->oidx, W->chunk = E->chunk;
+    drop[e] = moved[w] = 1;
+  }
+  free(cnt), free(acc), free(moved);
+}
+
+void elide_copies(const Program *p, Task *t, int *n, int manual) {
   Locs L = {0, {0}};
   for (int b = 0; b < NBUF; b++) L.off[b] = L.per, L.per += prog_bufchunks(p, b);
   size_t nloc = (size_t)p->nranks * L.per;
   char *drop = xcalloc((size_t)*n + 1, 1);
   forward(&L, nloc, t, *n, drop);
   fold(&L, nloc, t, *n, drop);
+  if (!manual) fold_reductions(&L, nloc, t, *n, drop); /* it would move work between hand-placed TBs */
   int m = 0;
   for (int i = 0; i < *n; i++)
     if (!drop[i]) t[m++] = t[i];

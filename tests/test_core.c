@@ -146,7 +146,7 @@ static void test_dag_ring(void **state) {
   Program *p = ring_allgather(4);
   Topo *t = topo_flat(4);
   Dag d;
-  assert_int_equal(dag_build(&d, p, t, 1, &e), RC_OK);
+  assert_int_equal(dag_build(&d, p, t, 1, 0, &e), RC_OK);
   assert_int_equal(d.n, 12);
   assert_int_equal(d.nchunk, 4);
   /* Every step after the first forwards what the previous step delivered. */
@@ -159,6 +159,40 @@ static void test_dag_ring(void **state) {
     assert_int_equal(d.t[i].chunk, d.t[i].sidx); /* a forwarded chunk keeps its key */
   }
   dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
+/* A receive into scratch and its local reduction into the output fold into
+   one receive that reduces (out of place), not in place (the operand is the
+   destination) nor with TBs placed by hand. */
+static void test_dag_fold_reduction(void **state) {
+  (void)state;
+  Err e;
+  Program *p = prog_new("oneshot_ar", COLL_ALLREDUCE, 2, 2, 2);
+  prog_file(p, "oneshot.lua");
+  for (int r = 0; r < 2; r++) addn(p, 1 - r, BUF_INPUT, 0, r, BUF_SCRATCH, 0, 2, OP_COPY, 0);
+  for (int r = 0; r < 2; r++) {
+    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, 2, OP_COPY, 1);
+    addn(p, r, BUF_SCRATCH, 0, r, BUF_OUTPUT, 0, 2, OP_REDUCE, 1);
+  }
+  Topo *t = topo_flat(2);
+  Dag d;
+  assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
+  assert_int_equal(d.n, 2);
+  for (int i = 0; i < d.n; i++) {
+    assert_int_not_equal(d.t[i].src, d.t[i].dst);
+    assert_int_equal(d.t[i].op, OP_REDUCE);
+    assert_int_equal(d.t[i].sbuf, BUF_INPUT);
+    assert_int_equal(d.t[i].dbuf, BUF_OUTPUT);
+    assert_int_equal(d.t[i].obuf, BUF_INPUT);
+  }
+  dag_free(&d);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    assert_int_equal(dag_build(&d, p, t, inplace, !inplace, &e), RC_OK);
+    assert_int_equal(d.n, 4); /* two receives into scratch, two local reductions */
+    dag_free(&d);
+  }
   topo_free(t);
   prog_free(p);
 }
@@ -185,7 +219,7 @@ static void test_sched_invariants(void **state) {
   Program *p = ring_allreduce(6, 0);
   Topo *t = topo_parse("a100:3x2", &e);
   Dag d;
-  assert_int_equal(dag_build(&d, p, t, 0, &e), RC_OK);
+  assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
   for (int k = 0; k < 2; k++) {
     Sched s;
     assert_int_equal(sched_run(&s, &d, k ? SK_RR : SK_HPDS, &e), RC_OK);
@@ -205,7 +239,7 @@ static void test_sched_ring_steps(void **state) {
   Topo *t = topo_flat(5);
   Dag d;
   Sched s;
-  assert_int_equal(dag_build(&d, p, t, 1, &e), RC_OK);
+  assert_int_equal(dag_build(&d, p, t, 1, 0, &e), RC_OK);
   assert_int_equal(sched_run(&s, &d, SK_HPDS, &e), RC_OK);
   assert_int_equal(s.nslots, 4); /* one sub-pipeline per ring step */
   sched_free(&s);
@@ -488,7 +522,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_topo_parse),      cmocka_unit_test(test_topo_route),
     cmocka_unit_test(test_program_bounds),  cmocka_unit_test(test_program_inplace),
-    cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_sched_invariants),
+    cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_dag_fold_reduction),        cmocka_unit_test(test_sched_invariants),
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_template),
