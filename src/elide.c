@@ -14,7 +14,9 @@
 ** Folding. A local copy E of L into L', where L holds exactly what one task W
 ** wrote, nobody else reads that value, and L' is untouched between W and E: W
 ** writes L' directly and E goes away (a reduce-scatter's last reduction lands
-** in the output buffer instead of in scratch first).
+** in the output buffer instead of in scratch first). Likewise a local
+** reduction of what a copy wrote: the copy reduces instead (see
+** fold_reductions).
 */
 #include <stdlib.h>
 #include <string.h>
