@@ -183,17 +183,19 @@ static void fold(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
 ** the output, becomes one receive that reduces: recvReduceCopy, or a direct
 ** put reduced where it lands). Not when O overlaps D: data cannot land on
 ** its operand, so the fold would turn a direct put into scratch and a local
-** reduction into a transfer through the FIFO.
+** reduction into a transfer through the FIFO; nor when W's source is D
+** shifted, which the reduction would overwrite while reading it.
 */
+/* Whether chunks [i, i + n) of buffer a and [j, j + n) of buffer b (one rank) meet. */
+static int overlap(int a, int i, int b, int j, int n) { return a == b && i < j + n && j < i + n; }
+
 static void fold_reductions(const Locs *L, size_t nloc, Task *t, int n, char *drop) {
   int *cnt;
   Access *acc = accesses(L, nloc, t, n, drop, &cnt);
   char *moved = xcalloc((size_t)n + 1, 1);
   for (int e = 0; e < n; e++) {
     Task *E = &t[e];
-    if (drop[e] || E->src != E->dst || E->op != OP_REDUCE ||
-        (E->obuf == E->dbuf && E->oidx < E->didx + E->cnt && E->didx < E->oidx + E->cnt))
-      continue;
+    if (drop[e] || E->src != E->dst || E->op != OP_REDUCE || overlap(E->obuf, E->oidx, E->dbuf, E->didx, E->cnt)) continue;
     size_t l = lid(L, E->src, E->sbuf, E->sidx), d = lid(L, E->dst, E->dbuf, E->didx),
            o = lid(L, E->dst, E->obuf, E->oidx);
     int w = sole_writer(acc, cnt, l, e, E->sbuf == BUF_SCRATCH);
@@ -202,6 +204,9 @@ static void fold_reductions(const Locs *L, size_t nloc, Task *t, int n, char *dr
     if (w < 0 || drop[w] || moved[w] || moved[e]) continue;
     Task *W = &t[w];
     if (W->op != OP_COPY || W->dst != E->src || W->dbuf != E->sbuf || W->didx != E->sidx || W->cnt != E->cnt) continue;
+    /* W's source, read in E's place, must not be part of D shifted (element
+       for element the same place is fine: each is read before it is written). */
+    if (W->src == E->dst && W->sidx != E->didx && overlap(W->sbuf, W->sidx, E->dbuf, E->didx, E->cnt)) continue;
     int busy = 0;
     for (int c = 0; c < E->cnt && !busy; c++) busy = touched(acc, cnt, d + c, w, e, 0) || touched(acc, cnt, o + c, w, e, 1);
     if (busy) continue;

@@ -193,6 +193,18 @@ static void test_dag_fold_reduction(void **state) {
     assert_int_equal(d.n, 4); /* two receives into scratch, two local reductions */
     dag_free(&d);
   }
+  prog_free(p);
+  /* Not when the copy's source overlaps the reduction's destination, shifted:
+     out[0..2) = in[0..2) (+) (a copy of out[1..3)) would read what it writes. */
+  p = prog_new("shifted", COLL_ALLREDUCE, 2, 2, 4);
+  prog_file(p, "shifted.lua");
+  addn(p, 1, BUF_INPUT, 0, 0, BUF_OUTPUT, 1, 2, OP_COPY, 0);
+  addn(p, 0, BUF_OUTPUT, 1, 0, BUF_SCRATCH, 0, 2, OP_COPY, 1);
+  addn(p, 0, BUF_INPUT, 0, 0, BUF_OUTPUT, 0, 2, OP_COPY, 2);
+  addn(p, 0, BUF_SCRATCH, 0, 0, BUF_OUTPUT, 0, 2, OP_REDUCE, 3);
+  assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
+  assert_int_equal(d.n, 3); /* the receive, the copy into scratch, the reduction */
+  dag_free(&d);
   topo_free(t);
   prog_free(p);
 }
