@@ -1,7 +1,9 @@
 /*
 ** verify.c — prove a plan right before anything runs it.
 **
-** 1. Post-condition: execute the tasks symbolically in pipeline order. A
+** 1. Post-condition: execute the tasks symbolically in pipeline order (a
+**    task may not read chunks it writes, shifted: executors move them side
+**    by side). A
 **    location holds a multiset of input contributions, kept as (sum of 64-bit
 **    hashes, count); copies replace, reductions add. Every output chunk must
 **    hold exactly the contributions the collective defines, each once. On
@@ -58,6 +60,9 @@ static int find_one(const Program *p, uint64_t h, char *out, size_t n) {
   return 0;
 }
 
+/* Whether n locations from a and from b meet without being the same. */
+static int shifted(size_t a, size_t b, int n) { return a != b && a < b + (size_t)n && b < a + (size_t)n; }
+
 static rcStatus postcondition(Plan *pl, Err *e) {
   const Program *p = pl->prog;
   const Dag *d = &pl->dag;
@@ -74,9 +79,19 @@ static rcStatus postcondition(Plan *pl, Err *e) {
   free(pl->complete);
   pl->complete = xcalloc((size_t)d->n + 1, sizeof *pl->complete);
 
-  for (int k = 0; k < d->n; k++) {
+  rcStatus rc = RC_OK;
+  for (int k = 0; k < d->n && rc == RC_OK; k++) {
     int t = pl->sched.order[k];
     const Task *tk = &d->t[t];
+    /* Executors move a task's chunks side by side: a task must not read a
+       location it writes unless it is the same chunk (which it reads first). */
+    size_t s0 = loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx), o0 = loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx),
+           d0 = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx);
+    if (shifted(s0, d0, tk->cnt) || (tk->op == OP_REDUCE && shifted(o0, d0, tk->cnt))) {
+      char at[300];
+      plan_task_where(pl, t, at, sizeof at);
+      rc = err_set(e, RC_EVERIFY, "%s: a transfer of %d chunks reads chunks it writes, shifted", at, tk->cnt);
+    }
     for (int c = 0; c < tk->cnt; c++) {
       /* Task buffers are already placed: index without aliasing. */
       Val s = v[loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx + c)];
@@ -95,7 +110,6 @@ static rcStatus postcondition(Plan *pl, Err *e) {
   if (p->coll == COLL_ALLREDUCE || p->coll == COLL_REDUCESCATTER)
     for (int i = 0; i < ni; i++)
       for (int b = 0; b < R; b++) colsum[i] += contrib(b, i);
-  rcStatus rc = RC_OK;
   int no = prog_bufchunks(p, BUF_OUTPUT);
   for (int r = 0; r < R && rc == RC_OK; r++)
     for (int j = 0; j < no && rc == RC_OK; j++) {

@@ -289,6 +289,30 @@ static void test_plan_ring(void **state) {
   prog_free(p);
 }
 
+/* A transfer that reads chunks it writes, shifted, is refused: executors
+   move its chunks side by side. (Programs cannot say it; a pass could.) */
+static void test_verify_shifted(void **state) {
+  (void)state;
+  Err e;
+  Program *p = prog_new("oneshot_ar", COLL_ALLREDUCE, 2, 2, 4);
+  prog_file(p, "oneshot.lua");
+  for (int r = 0; r < 2; r++) addn(p, 1 - r, BUF_INPUT, 0, r, BUF_SCRATCH, 0, 4, OP_COPY, 0);
+  for (int r = 0; r < 2; r++) {
+    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, 4, OP_COPY, 1);
+    addn(p, r, BUF_SCRATCH, 0, r, BUF_OUTPUT, 0, 4, OP_REDUCE, 1);
+  }
+  Topo *t = topo_flat(2);
+  Plan pl;
+  assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
+  Task *tk = &pl.dag.t[0];
+  tk->cnt = 2, tk->obuf = BUF_OUTPUT, tk->oidx = 1, tk->didx = 0;
+  assert_int_equal(verify_run(&pl, &e), RC_EVERIFY);
+  assert_non_null(strstr(e.msg, "reads chunks it writes, shifted"));
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
 static void test_verify_incomplete(void **state) {
   (void)state;
   Err e;
@@ -536,7 +560,7 @@ int main(void) {
     cmocka_unit_test(test_program_bounds),  cmocka_unit_test(test_program_inplace),
     cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_dag_fold_reduction),        cmocka_unit_test(test_sched_invariants),
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
-    cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_deadlock),
+    cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_template),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
