@@ -194,31 +194,32 @@ template <int OP, typename T, int K> __device__ static inline void rx_apply(RxVe
 
 /* Bytes four to a word: modular sums, signed or unsigned max and min in one
    instruction per word, as rx_op gives them element by element. */
-template <int OP, int K> __device__ static inline void rx_apply(RxVec<int8_t> (&x)[K], const RxVec<int8_t> (&y)[K]) {
+__device__ static inline unsigned rx_vmax4(int8_t, unsigned a, unsigned b) { return __vmaxs4(a, b); }
+__device__ static inline unsigned rx_vmax4(uint8_t, unsigned a, unsigned b) { return __vmaxu4(a, b); }
+__device__ static inline unsigned rx_vmin4(int8_t, unsigned a, unsigned b) { return __vmins4(a, b); }
+__device__ static inline unsigned rx_vmin4(uint8_t, unsigned a, unsigned b) { return __vminu4(a, b); }
+
+template <int OP, typename B, int K> __device__ static inline void rx_apply_bytes(RxVec<B> (&x)[K], const RxVec<B> (&y)[K]) {
 #pragma unroll
   for (int k = 0; k < K; k++) {
     unsigned *a = x[k].u;
     const unsigned *b = y[k].u;
 #pragma unroll
     for (int w = 0; w < 4; w++)
-      a[w] = OP == RX_MAX ? __vmaxs4(a[w], b[w]) : OP == RX_MIN ? __vmins4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
+      a[w] = OP == RX_MAX   ? rx_vmax4(B(), a[w], b[w])
+             : OP == RX_MIN ? rx_vmin4(B(), a[w], b[w])
+             : OP == RX_SUM ? __vadd4(a[w], b[w])
+                            : a[w];
     if (OP == RX_PROD)
 #pragma unroll
       for (int j = 0; j < 16; j++) x[k].e[j] = rx_op(RX_PROD, x[k].e[j], y[k].e[j]);
   }
 }
+template <int OP, int K> __device__ static inline void rx_apply(RxVec<int8_t> (&x)[K], const RxVec<int8_t> (&y)[K]) {
+  rx_apply_bytes<OP>(x, y);
+}
 template <int OP, int K> __device__ static inline void rx_apply(RxVec<uint8_t> (&x)[K], const RxVec<uint8_t> (&y)[K]) {
-#pragma unroll
-  for (int k = 0; k < K; k++) {
-    unsigned *a = x[k].u;
-    const unsigned *b = y[k].u;
-#pragma unroll
-    for (int w = 0; w < 4; w++)
-      a[w] = OP == RX_MAX ? __vmaxu4(a[w], b[w]) : OP == RX_MIN ? __vminu4(a[w], b[w]) : OP == RX_SUM ? __vadd4(a[w], b[w]) : a[w];
-    if (OP == RX_PROD)
-#pragma unroll
-      for (int j = 0; j < 16; j++) x[k].e[j] = rx_op(RX_PROD, x[k].e[j], y[k].e[j]);
-  }
+  rx_apply_bytes<OP>(x, y);
 }
 
 /* x = x (op) y over K vectors, divided by div unless it is 0: the op is

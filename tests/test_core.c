@@ -163,19 +163,26 @@ static void test_dag_ring(void **state) {
   prog_free(p);
 }
 
+/* One-shot all-reduce on 2 ranks, c chunks: each rank's whole input into
+   the other's scratch, then output = input (+) scratch there. */
+static Program *oneshot_allreduce(int c) {
+  Program *p = prog_new("oneshot_ar", COLL_ALLREDUCE, 2, 2, c);
+  prog_file(p, "oneshot.lua");
+  for (int r = 0; r < 2; r++) addn(p, 1 - r, BUF_INPUT, 0, r, BUF_SCRATCH, 0, c, OP_COPY, 0);
+  for (int r = 0; r < 2; r++) {
+    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, c, OP_COPY, 1);
+    addn(p, r, BUF_SCRATCH, 0, r, BUF_OUTPUT, 0, c, OP_REDUCE, 1);
+  }
+  return p;
+}
+
 /* A receive into scratch and its local reduction into the output fold into
    one receive that reduces (out of place), not in place (the operand is the
    destination) nor with TBs placed by hand. */
 static void test_dag_fold_reduction(void **state) {
   (void)state;
   Err e;
-  Program *p = prog_new("oneshot_ar", COLL_ALLREDUCE, 2, 2, 2);
-  prog_file(p, "oneshot.lua");
-  for (int r = 0; r < 2; r++) addn(p, 1 - r, BUF_INPUT, 0, r, BUF_SCRATCH, 0, 2, OP_COPY, 0);
-  for (int r = 0; r < 2; r++) {
-    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, 2, OP_COPY, 1);
-    addn(p, r, BUF_SCRATCH, 0, r, BUF_OUTPUT, 0, 2, OP_REDUCE, 1);
-  }
+  Program *p = oneshot_allreduce(2);
   Topo *t = topo_flat(2);
   Dag d;
   assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
@@ -294,13 +301,7 @@ static void test_plan_ring(void **state) {
 static void test_verify_shifted(void **state) {
   (void)state;
   Err e;
-  Program *p = prog_new("oneshot_ar", COLL_ALLREDUCE, 2, 2, 4);
-  prog_file(p, "oneshot.lua");
-  for (int r = 0; r < 2; r++) addn(p, 1 - r, BUF_INPUT, 0, r, BUF_SCRATCH, 0, 4, OP_COPY, 0);
-  for (int r = 0; r < 2; r++) {
-    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 0, 4, OP_COPY, 1);
-    addn(p, r, BUF_SCRATCH, 0, r, BUF_OUTPUT, 0, 4, OP_REDUCE, 1);
-  }
+  Program *p = oneshot_allreduce(4);
   Topo *t = topo_flat(2);
   Plan pl;
   assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);

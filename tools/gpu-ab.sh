@@ -10,12 +10,7 @@ old=${1:?usage: tools/gpu-ab.sh OLD_TREE [OUTDIR]}
 out=${2:-/tmp/gpu-ab}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-if [ -d /opt/lua/usr/lib/x86_64-linux-gnu ]; then # the Lua gpu-check.sh unpacked
-  L=/opt/lua/usr
-  export LD_LIBRARY_PATH=$L/lib/x86_64-linux-gnu LUA_CPATH="$L/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
-  export CPATH=$L/include/lua5.4:$L/include/x86_64-linux-gnu LIBRARY_PATH=$L/lib/x86_64-linux-gnu
-  prefix="-DCMAKE_PREFIX_PATH=$L -DLUA_INCLUDE_DIR=$L/include/lua5.4 -DLUA_LIBRARY=$L/lib/x86_64-linux-gnu/liblua5.4.so"
-fi
+. tools/lua-env.sh
 (cd "$old" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${prefix:-} &&
   cmake --build build-gpu -j "$(nproc)") >"$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
 printf '%-20s %8s %4s %5s %10s %7s %10s %7s\n' collective bytes run tree out-busbw wrong in-busbw wrong

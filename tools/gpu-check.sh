@@ -13,14 +13,7 @@ out=${1:-${OUT:-/tmp/gpu-check}}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 cd "$(dirname "$0")/.."
-if [ -d .deps/debs ] && [ ! -f /usr/include/lua5.4/lua.h ]; then
-  for f in .deps/debs/*.deb; do dpkg -x "$f" /opt/lua; done
-  export CPATH=/opt/lua/usr/include/lua5.4:/opt/lua/usr/include/x86_64-linux-gnu
-  export LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu
-  export LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
-  prefix="-DCMAKE_PREFIX_PATH=/opt/lua/usr -DLUA_INCLUDE_DIR=/opt/lua/usr/include/lua5.4"
-  prefix="$prefix -DLUA_LIBRARY=/opt/lua/usr/lib/x86_64-linux-gnu/liblua5.4.so"
-fi
+. tools/lua-env.sh
 t0=$(date +%s)
 took() { echo "($1: $(($(date +%s) - t0)) s since start)"; }
 nvidia-smi -L | tee "$out/gpus.txt"

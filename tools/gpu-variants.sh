@@ -11,9 +11,7 @@ out=${1:-/tmp/gpu-variants}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 bin=build-gpu/resccl
-if [ -d /opt/lua/usr/lib/x86_64-linux-gnu ]; then # the Lua gpu-check.sh unpacked
-  export LD_LIBRARY_PATH=/opt/lua/usr/lib/x86_64-linux-gnu LUA_CPATH="/opt/lua/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
-fi
+. tools/lua-env.sh
 variants=${VARIANTS:-'base|'}
 for a in ${ALGS:-allreduce_ring allgather_ring reducescatter_ring}; do
   first=1
