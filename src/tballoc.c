@@ -21,6 +21,7 @@
 **
 ** Then each TB's program is its primitives in order; waits between
 ** primitives of one TB disappear (program order), the rest get a flag.
+** State-based plans then lend idle TBs local copies (see lend).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +443,91 @@ static void merge(Plan *pl) {
   free(m.ban), free(cycle);
 }
 
+/*
+** Lending. A TB whose primitives are all direct receives that no other TB
+** waits for only waits while the peers' puts land. A local copy can run there first, for free, when it
+** waits for nothing, nothing waits for it, no other primitive of its rank
+** touches its destination and none writes its source: then when it runs
+** does not matter. A copy-send's copy may go too; its send then reads the
+** same source. Out of place on two ranks this takes all-gather's copy of the
+** own chunk off the pushing TBs (a block that also copies locally pushes
+** half as fast: tools/probe-push.cu, BENCHMARKS.md), and all-to-all's own
+** block off a TB of its own. (Where the runtime cannot put, the host TB's
+** receives drain FIFOs after the copy: slower, never stuck.)
+*/
+/* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
+static int prim_touches(const Prim *p, int buf, int idx, int n, int writes) {
+  int k = p->kind;
+  int rd = k == PR_SEND || k == PR_CS || k == PR_COPY || k == PR_REDUCE;
+  int op = k == PR_RRC || k == PR_RRCS || k == PR_RRS || k == PR_REDUCE;
+  int wr = k != PR_SEND && k != PR_RRS;
+#define MEETS(b, i) ((b) == buf && (i) < idx + n && idx < (i) + p->cnt)
+  return (wr && MEETS(p->wbuf, p->widx)) || (!writes && ((rd && MEETS(p->rbuf, p->ridx)) || (op && MEETS(p->ubuf, p->uidx))));
+#undef MEETS
+}
+
+static int lendable(const Plan *pl, int i) {
+  const Prim *p = &pl->p[i];
+  if (!(p->kind == PR_COPY || (p->kind == PR_CS && p->direct)) || p->nwaits || p->flag >= 0) return 0;
+  for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {
+    const Prim *q = &pl->p[pl->rank_prims[k]];
+    if (q != p && (prim_touches(q, p->wbuf, p->widx, p->cnt, 0) || prim_touches(q, p->rbuf, p->ridx, p->cnt, 1))) return 0;
+  }
+  return 1;
+}
+
+static void lend(Plan *pl) {
+  int R = pl->prog->nranks, cap = pl->np, lent = 0;
+  int *key = xcalloc((size_t)pl->np * 2 + 1, sizeof *key); /* order in a TB: lent copies first */
+  char *gone = xcalloc((size_t)pl->ntbs + 1, 1);       /* TBs left empty */
+  for (int r = 0; r < R; r++) {
+    int host = -1;
+    for (int b = 0; b < pl->ntb[r] && host < 0; b++) {
+      int g = pl->tb_base[r] + b;
+      host = b;
+      for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++)
+        if (pl->p[pl->tb_prims[k]].kind != PR_RECV || !pl->p[pl->tb_prims[k]].direct || pl->p[pl->tb_prims[k]].flag >= 0)
+          host = -1;
+    }
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1] && host >= 0; k++) {
+      int i = pl->rank_prims[k];
+      if (pl->p[i].tb == host || !lendable(pl, i)) continue;
+      Prim *p = &pl->p[i];
+      if (p->kind == PR_CS) { /* split: the send stays, its copy becomes a prim of its own */
+        Prim c = *p;
+        c.kind = PR_COPY, c.tout = c.tin, c.cout = -1, c.direct = 0;
+        VEC_PUSH(pl->p, pl->np, cap, c);
+        p = &pl->p[i];
+        p->kind = PR_SEND, p->tin = -1;
+        pl->task_send[c.tin] = pl->task_recv[c.tin] = pl->np - 1;
+        i = pl->np - 1;
+      } else if (pl->tb_off[pl->tb_base[r] + p->tb + 1] - pl->tb_off[pl->tb_base[r] + p->tb] == 1) {
+        gone[pl->tb_base[r] + p->tb] = 1;
+      }
+      pl->p[i].tb = host, key[i] = -1, lent++;
+    }
+  }
+  if (!lent) return free(key), free(gone);
+  /* Rank lists (lent copies are appended) and TB numbers without the empty TBs. */
+  int *fill = xmalloc(((size_t)R + 1) * sizeof *fill), *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);
+  pl->rank_prims = xrealloc(pl->rank_prims, ((size_t)pl->np + 1) * sizeof(int));
+  memset(pl->rank_off, 0, ((size_t)R + 1) * sizeof(int));
+  for (int i = 0; i < pl->np; i++) pl->rank_off[pl->p[i].rank + 1]++;
+  for (int r = 0; r < R; r++) pl->rank_off[r + 1] += pl->rank_off[r];
+  memcpy(fill, pl->rank_off, ((size_t)R + 1) * sizeof *fill);
+  for (int i = 0; i < pl->np; i++) pl->rank_prims[fill[pl->p[i].rank]++] = i;
+  for (int r = 0; r < R; r++) {
+    int n = 0;
+    for (int b = 0; b < pl->ntb[r]; b++) renum[b] = gone[pl->tb_base[r] + b] ? -1 : n++;
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) pl->p[pl->rank_prims[k]].tb = renum[pl->p[pl->rank_prims[k]].tb];
+    pl->ntb[r] = n;
+  }
+  for (int r = 1; r < R; r++) pl->tb_base[r] = pl->tb_base[r - 1] + pl->ntb[r - 1];
+  pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
+  tb_programs(pl, key);
+  free(fill), free(renum), free(key), free(gone);
+}
+
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   int *key = NULL; /* manual: order inside a TB, before pipeline order */
   if (pol == TB_MANUAL) {
@@ -456,6 +542,7 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   tb_waits(pl);
   pl->buffered = pol == TB_MANUAL;
   if (pol == TB_MERGE) merge(pl);
+  if (pol == TB_STATE) lend(pl);
   return RC_OK;
 }
 

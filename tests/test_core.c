@@ -394,6 +394,48 @@ static void test_tb_merge(void **state) {
     }
 }
 
+/* A TB of direct receives only waits: on two ranks it takes the all-gather's
+   own-chunk copy first, and the send reads the input; the plan then runs
+   right with puts and through FIFOs. On three ranks the receives forward,
+   so the copy-send stays. */
+static void test_tb_lend(void **state) {
+  (void)state;
+  Err e;
+  for (int n = 2; n <= 3; n++) {
+    Program *p = ring_allgather(n);
+    Topo *t = topo_flat(n);
+    Plan pl;
+    assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
+    assert_int_equal(plan_tbs_max(&pl), 2);
+    int copies = 0, cs = 0;
+    for (int i = 0; i < pl.np; i++) {
+      const Prim *q = &pl.p[i];
+      cs += q->kind == PR_CS;
+      if (q->kind == PR_SEND && q->rbuf == BUF_INPUT) assert_true(q->direct);
+      if (q->kind != PR_COPY) continue;
+      copies++;
+      assert_int_equal(q->seq, 0);
+      int g = pl.tb_base[q->rank] + q->tb;
+      for (int k = pl.tb_off[g] + 1; k < pl.tb_off[g + 1]; k++) {
+        assert_int_equal(pl.p[pl.tb_prims[k]].kind, PR_RECV);
+        assert_true(pl.p[pl.tb_prims[k]].direct);
+      }
+    }
+    assert_int_equal(copies, n == 2 ? 2 : 0);
+    assert_int_equal(cs, n == 2 ? 0 : n);
+    for (int direct = 0; direct < 2; direct++) {
+      ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
+                    .timeout_ms = 5000, .direct = direct};
+      ExecResult r;
+      assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+      assert_int_equal(r.nwrong, 0);
+    }
+    plan_free(&pl);
+    topo_free(t);
+    prog_free(p);
+  }
+}
+
 /* -------------------------------------------------- template / emitter */
 
 static void test_template(void **state) {
@@ -562,7 +604,7 @@ int main(void) {
     cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_dag_fold_reduction),        cmocka_unit_test(test_sched_invariants),
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
-    cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_template),
+    cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),
