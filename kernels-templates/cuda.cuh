@@ -40,6 +40,7 @@ typedef struct {
   unsigned long long since; /* thread 0: when the current wait started */
   unsigned long long ready; /* thread 0: peers known to run this call (direct sends) */
   unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
+  int prim;                 /* the primitive running (RX_AT), for the trace */
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
@@ -55,6 +56,18 @@ __device__ static inline unsigned long long rx_clock_ns(void) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
+}
+
+/* Thread 0, with RESCCL_TRACE: one event of this block, begun at t0. */
+__device__ static inline void rx_trace(const RxCtx *x, int kind, unsigned long long t0) {
+  unsigned long long *t = x->run->trace;
+  if (!t || threadIdx.x) return;
+  t += (size_t)blockIdx.x * RX_TRACE_WORDS;
+  unsigned long long n = t[0];
+  if (n >= RX_TRACE_EVENTS) return;
+  t[1 + 3 * n] = (unsigned long long)x->prim << 32 | (unsigned long long)x->m << 8 | (unsigned)kind;
+  t[2 + 3 * n] = t0, t[3 + 3 * n] = rx_clock_ns();
+  t[0] = n + 1;
 }
 
 /* Thread 0, spinning: 1 when it must stop waiting, because another TB gave
@@ -303,9 +316,11 @@ __device__ static inline void rx_move(const RxArgs *r, char *out, const char *op
 
 __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0, want = x->base + (unsigned)m + 1;
+  unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
   if (threadIdx.x == 0)
     while ((int)(*(volatile unsigned *)rx_flag(x, f) - want) < 0 && !rx_give_up(x, &spins)) {
     }
+  if (t0) rx_trace(x, 0, t0);
   __syncthreads();
 }
 
@@ -492,25 +507,32 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
   __syncthreads();
 }
 
-/* The emitted program's vocabulary, as in host.h. */
+/* The emitted program's vocabulary, as in host.h. A primitive is one
+   traced event per micro-batch (RESCCL_TRACE). */
+#define RX_TRACED(call)                                              \
+  do {                                                               \
+    unsigned long long t0_ = x->run->trace ? rx_clock_ns() : 0;      \
+    call;                                                            \
+    if (t0_) rx_trace(x, 1, t0_);                                    \
+  } while (0)
 #define RX_TB(r, b) __device__ static __noinline__ void rx_tb_##r##_##b(RxCtx *x)
 #define RX_FOR_M for (int m = (x->m = 0); m < x->a->nmicro; m = ++x->m)
-#define RX_AT(i) ((void)(i))
+#define RX_AT(i) (x->prim = (i))
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
-#define RX_SEND(c, b, i, n) rx_send(x, c, b, i, -1, 0, n, m)
-#define RX_RECV(c, b, i, n) rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)
-#define RX_PUT(c, p, b, i, db, di, n) rx_put(x, c, p, b, i, -1, 0, db, di, n, m)
-#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m)
-#define RX_RECV_PUT(c, b, i, n) rx_recv_put(x, c, -1, 0, b, i, n, 0, m)
-#define RX_RRC_PUT(c, ub, ui, b, i, n, d) rx_recv_put(x, c, ub, ui, b, i, n, d, m)
-#define RX_RRC(c, ub, ui, b, i, n, d) rx_recv(x, c, -1, ub, ui, b, i, n, d, m)
-#define RX_RCS(ci, co, b, i, n) rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)
-#define RX_RRCS(ci, co, ub, ui, b, i, n, d) rx_recv(x, ci, co, ub, ui, b, i, n, d, m)
-#define RX_RRS(ci, co, ub, ui, n, d) rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)
-#define RX_CS(co, rb, ri, wb, wi, n) rx_send(x, co, rb, ri, wb, wi, n, m)
-#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
-#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
+#define RX_SEND(c, b, i, n) RX_TRACED(rx_send(x, c, b, i, -1, 0, n, m))
+#define RX_RECV(c, b, i, n) RX_TRACED(rx_recv(x, c, -1, -1, 0, b, i, n, 0, m))
+#define RX_PUT(c, p, b, i, db, di, n) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, m))
+#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) RX_TRACED(rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m))
+#define RX_RECV_PUT(c, b, i, n) RX_TRACED(rx_recv_put(x, c, -1, 0, b, i, n, 0, m))
+#define RX_RRC_PUT(c, ub, ui, b, i, n, d) RX_TRACED(rx_recv_put(x, c, ub, ui, b, i, n, d, m))
+#define RX_RRC(c, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, c, -1, ub, ui, b, i, n, d, m))
+#define RX_RCS(ci, co, b, i, n) RX_TRACED(rx_recv(x, ci, co, -1, 0, b, i, n, 0, m))
+#define RX_RRCS(ci, co, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, b, i, n, d, m))
+#define RX_RRS(ci, co, ub, ui, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m))
+#define RX_CS(co, rb, ri, wb, wi, n) RX_TRACED(rx_send(x, co, rb, ri, wb, wi, n, m))
+#define RX_COPY(rb, ri, wb, wi, n) RX_TRACED(rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m))
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m))
 /* A rank is a switch over its TBs; the program one kernel over its ranks. */
 #define RX_RANK_BEGIN(r) __device__ static void rx_rank_##r(RxCtx *x) { switch (x->tb) {
 #define RX_RANK_TB(r, b) case b: rx_tb_##r##_##b(x); break;
@@ -522,6 +544,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
     RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x]}; \
     ctx.base = run->epoch[2 * blockIdx.x], ctx.call = run->epoch[2 * blockIdx.x + 1] + 1; \
     if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
+    if (run->trace && threadIdx.x == 0) run->trace[(size_t)blockIdx.x * RX_TRACE_WORDS] = 0; \
     RxCtx *x = &ctx; \
     switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;

@@ -47,7 +47,14 @@ typedef struct RxRun {
   unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends) */
   unsigned *epoch;         /* per block of the launch, [2b]: micro-batches of the calls before, [2b+1]: those calls */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
+  unsigned long long *trace; /* RESCCL_TRACE: per block RX_TRACE_WORDS words, the last call's events; or NULL */
 } RxRun;
+
+/* A block's trace: word 0 counts events, then 3 words each: what
+   (prim << 32 | m << 8 | kind: 0 a flag wait, 1 a primitive), when it began
+   and when it ended (%globaltimer, ns). */
+#define RX_TRACE_EVENTS 2048
+#define RX_TRACE_WORDS (1 + 3 * RX_TRACE_EVENTS)
 
 #define RX_MAXRANKS 64 /* ranks of a plan the runtime runs */
 

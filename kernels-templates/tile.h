@@ -42,9 +42,11 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
 #define RX_SLOT_BYTES ((size_t)2 << 20)
 
 /* Micro-batches of a call of count elements, as the GPU runtime picks them:
-   tiles of at most `tile` bytes of a chunk, and at least 4 while each still
-   moves tile / 8, so that mid sizes pipeline too (on 2xH200 this beat any
-   fixed tile from 8 MiB to 512 MiB), or `fixed` when nonzero; then enough
+   tiles of at most `tile` bytes of a chunk, and at least 2 while each still
+   moves tile / 4, so that mid sizes pipeline too, or `fixed` when nonzero.
+   Not more: each micro-batch costs every block a handshake of about 5 us,
+   and on 2xH200 at 16 MiB four micro-batches of tile / 8 moved 162 GB/s of
+   all-reduce where two moved 213 (BENCHMARKS.md, traced). Then enough
    that every channel's slice of a tile fits one slot, so that a handshake
    moves a slice and a FIFO of k slots holds k tiles. A slab holds at most
    ceil(units / slabs) units of a vector per chunk (plus one slab for a
@@ -52,9 +54,9 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
    nchan channels. */
 RX_TILE_FN size_t rx_nmicro(size_t count, size_t esize, size_t C, size_t maxcnt, size_t nchan, size_t tile,
                             size_t slot, size_t fixed) {
-  size_t chunk = (count * esize + C - 1) / C, eighth = tile / 8 ? tile / 8 : 1;
-  size_t nm = (chunk + tile - 1) / tile, pipe = chunk / eighth;
-  if (nm < 4 && pipe > nm) nm = pipe < 4 ? pipe : 4;
+  size_t chunk = (count * esize + C - 1) / C, quarter = tile / 4 ? tile / 4 : 1;
+  size_t nm = (chunk + tile - 1) / tile;
+  if (nm < 2 && chunk / quarter >= 2) nm = 2;
   if (fixed) nm = fixed;
   size_t unit = rx_vec(esize) * C, units = count / unit, rest = units * unit < count;
   size_t cap = slot / 16 * nchan / (maxcnt ? maxcnt : 1);

@@ -140,6 +140,8 @@ typedef struct {
     CUfunction fn;
     RxRun *run;       /* device copy */
     int nblocks;
+    unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
+    int *tab;         /* host copy of the block tables (rank, TB, channel), for the trace */
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
@@ -256,8 +258,44 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 
 /* ------------------------------------------------------------ plan files */
 
+/* RESCCL_TRACE=FILE: the last call's events of every block, appended as
+   lines `gpu placement block rank tb chan prim m kind begin end` (ns from
+   the GPU's first event; kind 0 a flag wait, 1 a primitive's micro-batch). */
+static void trace_write(Group *g, Variant *v) {
+  const char *path = getenv("RESCCL_TRACE");
+  FILE *f = NULL;
+  for (int d = 0; g && d < g->ndevs; d++) {
+    int nb = v->dev[d].nblocks;
+    size_t words = (size_t)nb * RX_TRACE_WORDS;
+    unsigned long long *t = v->dev[d].trace ? malloc(words * sizeof *t) : NULL;
+    if (!t || cudaSetDevice(g->dev[d]) != cudaSuccess ||
+        cudaMemcpy(t, v->dev[d].trace, words * sizeof *t, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        (!f && !(f = fopen(path, "a")))) {
+      free(t);
+      continue;
+    }
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < nb; b++)
+      for (unsigned long long k = 0; k < t[(size_t)b * RX_TRACE_WORDS] && k < RX_TRACE_EVENTS; k++)
+        if (t[(size_t)b * RX_TRACE_WORDS + 2 + 3 * k] < t0) t0 = t[(size_t)b * RX_TRACE_WORDS + 2 + 3 * k];
+    for (int b = 0; b < nb; b++) {
+      const unsigned long long *e = t + (size_t)b * RX_TRACE_WORDS;
+      for (unsigned long long k = 0; k < e[0] && k < RX_TRACE_EVENTS; k++) {
+        unsigned long long w = e[1 + 3 * k];
+        fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu\n", g->dev[d], v->inplace ? "in" : "out", b,
+                v->dev[d].tab[b], v->dev[d].tab[nb + b], v->dev[d].tab[2 * nb + b], w >> 32, (w >> 8) & 0xffffff,
+                w & 0xff, e[2 + 3 * k] - t0, e[3 + 3 * k] - t0);
+      }
+    }
+    free(t);
+  }
+  if (f) fclose(f);
+}
+
 static void variant_free(Group *g, Variant *v) {
   if (!v) return;
+  trace_write(g, v);
+  for (int d = 0; d < MAXDEV; d++) free(v->dev[d].tab);
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
@@ -487,7 +525,9 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
-    free(tab);
+    if (getenv("RESCCL_TRACE") && *getenv("RESCCL_TRACE"))
+      TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
+    v->dev[d].trace = run.trace, v->dev[d].tab = tab;
     run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.started = dstarted;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));

@@ -20,7 +20,7 @@ typedef struct {
 } RtConf;
 
 /* RESCCL_NCHANNELS, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
-   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds). */
+   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds). (RESCCL_TRACE is read where plans load and unload.) */
 void rt_conf_env(RtConf *c);
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
