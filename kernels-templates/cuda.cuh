@@ -97,6 +97,24 @@ __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, s
   *n = rx_cut(t, v, k + 1, K) - b;
 }
 
+/* rx_tile of up to three chunk ranges (a range < 0 is skipped), computed by
+   thread 0 and shared; *n is the last range's size. The index arithmetic
+   (64-bit divisions) is long, and every warp doing it cost each micro-batch
+   microseconds. */
+__device__ static void rx_tiles(const RxCtx *x, int cnt, int m, int a, int b, int c, size_t *la, size_t *lb, size_t *lc,
+                                size_t *n) {
+  __shared__ size_t s[4];
+  if (threadIdx.x == 0) {
+    const int r[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+      if (r[i] >= 0) rx_tile(x, r[i], cnt, m, &s[i], &s[3]);
+      else s[i] = 0;
+  }
+  __syncthreads();
+  *la = s[0], *lb = s[1], *lc = s[2], *n = s[3];
+  __syncthreads(); /* read before thread 0 computes the next */
+}
+
 __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nchan + x->chan]; }
 __device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nchan + x->chan]; }
 
@@ -386,9 +404,8 @@ __device__ static inline void rx_publish(RxCtx *x, int c, unsigned long long v) 
 
 /* Send (buf, idx) on cout; a copy-send (wbuf >= 0) also keeps a copy at (wbuf, widx). */
 __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx, int wbuf, int widx, int cnt, int m) {
-  size_t lo, wlo = 0, n, per = x->run->slot_bytes / x->a->esize;
-  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
-  rx_tile(x, idx, cnt, m, &lo, &n);
+  size_t lo, wlo, n, unused, per = x->run->slot_bytes / x->a->esize;
+  rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, -1, &wlo, &lo, &unused, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
@@ -402,9 +419,9 @@ __device__ static __noinline__ void rx_send(RxCtx *x, int cout, int buf, int idx
 /* Receive into (wbuf, widx), reducing with (ubuf, uidx) when ubuf >= 0; forward on cout. */
 __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                             int done, int m) {
-  size_t lo = 0, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
-  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
-  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &lo, &n); /* the size of what arrives */
+  size_t lo, ulo, n, unused, per = x->run->slot_bytes / x->a->esize;
+  /* n: the size of what arrives */
+  rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, wbuf >= 0 ? widx : -1, -1, &ulo, &lo, &unused, &n);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long in_seq, out_seq = 0;
@@ -439,10 +456,8 @@ __device__ static inline void rx_started(RxCtx *x) {
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
-  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->a->esize;
-  if (wbuf >= 0) rx_tile(x, widx, cnt, m, &wlo, &n);
-  rx_tile(x, idx, cnt, m, &lo, &n);
-  rx_tile(x, didx, cnt, m, &dlo, &n); /* the size of what lands */
+  size_t lo, wlo, dlo, n, per = x->run->slot_bytes / x->a->esize;
+  rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n); /* n: the size of what lands */
   __shared__ unsigned long long s_seq;
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
@@ -472,9 +487,8 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
 __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                                 int done, int m) {
   if (!x->a->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
-  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->a->esize;
-  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
-  rx_tile(x, widx, cnt, m, &lo, &n); /* the size of what lands */
+  size_t lo, ulo, n, unused, per = x->run->slot_bytes / x->a->esize;
+  rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, widx, -1, &ulo, &lo, &unused, &n); /* n: the size of what lands */
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
@@ -499,10 +513,8 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
 
 __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
                                              int done, int m) {
-  size_t slo, ulo = 0, dlo, n;
-  if (ubuf >= 0) rx_tile(x, uidx, cnt, m, &ulo, &n);
-  rx_tile(x, ridx, cnt, m, &slo, &n);
-  rx_tile(x, widx, cnt, m, &dlo, &n);
+  size_t slo, ulo, dlo, n;
+  rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, &ulo, &slo, &dlo, &n);
   rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, done, NULL);
   __syncthreads();
 }

@@ -13,6 +13,7 @@
 **   mover+local   the same as a copy-send calls it: here, and the peer second
 **   mover+publish the mover, then per piece what a direct send does after
 **                 it: block barrier, system fence, a counter stored to the peer
+**   publish 128K  the same in pieces of 128 KiB (a mid-size micro-batch's)
 ** The kernel is built for at most 512 or 1024 threads (the runtime's launch
 ** bounds), so at 1024 the x16 variant spills, as the runtime would.
 ** Prints GB/s per direction (the slower GPU). Built where nvcc is; run on a
@@ -30,9 +31,9 @@
 
 #define PIECE ((size_t)2 << 20)
 
-enum { REMOTE, REMOTE16, REMOTE_CS, REMOTE_LOCAL, MOVER, MOVER_LOCAL, MOVER_PUBLISH, NVARIANTS };
-static const char *const names[NVARIANTS] = {"remote",      "remote x16", "remote .cs",   "remote+local",
-                                             "mover",       "mover+local", "mover+publish"};
+enum { REMOTE, REMOTE16, REMOTE_CS, REMOTE_LOCAL, MOVER, MOVER_LOCAL, MOVER_PUBLISH, PUBLISH_SMALL, NVARIANTS };
+static const char *const names[NVARIANTS] = {"remote",      "remote x16",  "remote .cs",    "remote+local",
+                                             "mover",       "mover+local", "mover+publish", "publish 128K"};
 
 /* nv vectors of s to d (and l), U loads in flight per thread; CS: streaming
    stores (st.global.cs) to the peer. */
@@ -71,15 +72,16 @@ __global__ void __launch_bounds__(B) push(int variant, const char *src, char *ds
   case REMOTE_CS: return plain<8, true>(s, d, NULL, slice / 16);
   case REMOTE_LOCAL: return plain<8, false>(s, d, (int4 *)(mine + lo), slice / 16);
   }
-  for (size_t k = 0; k < slice; k += PIECE) {
-    size_t w = slice - k < PIECE ? slice - k : PIECE;
+  size_t piece = variant == PUBLISH_SMALL ? (size_t)128 << 10 : PIECE;
+  for (size_t k = 0; k < slice; k += piece) {
+    size_t w = slice - k < piece ? slice - k : piece;
     if (variant == MOVER_LOCAL) rx_copy16(mine + lo + k, src + lo + k, w, dst + lo + k); /* as a copy-send calls it */
     else rx_copy16(dst + lo + k, src + lo + k, w, NULL);
-    if (variant == MOVER_PUBLISH) {
+    if (variant >= MOVER_PUBLISH) {
       __syncthreads();
       if (threadIdx.x == 0) {
         __threadfence_system();
-        *(volatile unsigned long long *)&peer_count[blockIdx.x] = k / PIECE + 1;
+        *(volatile unsigned long long *)&peer_count[blockIdx.x] = k / piece + 1;
       }
     }
   }
