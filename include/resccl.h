@@ -69,9 +69,15 @@ resccl_result_t resccl_comm_user_rank(resccl_comm_t comm, int *rank);
 resccl_result_t resccl_comm_cu_device(resccl_comm_t comm, int *device);
 resccl_result_t resccl_comm_get_async_error(resccl_comm_t comm, resccl_result_t *async_error);
 
-/* Load a plan file for every communicator of comm's group; one plan per collective kind. */
+/* Load a plan file for every communicator of comm's group, for calls of any size; it replaces the
+   plans loaded for its collective. */
 resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path);
-/* Thread blocks per GPU the loaded plan for `collective` ("allreduce", ...) launches per rank. */
+/* The same for calls of min_bytes to max_bytes bytes (inclusive; nccl-tests' size: an all-reduce's
+   count, the others' count times ranks, in bytes), as MSCCL's minBytes and maxBytes: plans of one
+   collective for different sizes coexist, a call runs the one whose sizes hold it, and a plan replaces
+   those whose sizes it shares. */
+resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes);
+/* Thread blocks per GPU the loaded plans for `collective` ("allreduce", ...) launch per rank (the most). */
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *collective, int *blocks);
 
 resccl_result_t resccl_group_start(void);

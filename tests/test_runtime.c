@@ -13,6 +13,7 @@
 ** Exits 77 (skipped) where there is no GPU.
 */
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,29 @@ static void graph_replay(size_t count) {
   free(host);
 }
 
+/* Plans by size (resccl_plan_load_range): two sizes of one collective with a
+   gap between them; a call runs the plan whose sizes hold it, refuses a size
+   none holds, and a plan for every size replaces both. */
+static void size_ranges(const char *ar) {
+  resccl_result_t rc = resccl_plan_load_range(comm[0], ar, 0, 4095);
+  CHECK(rc == resccl_success, "load below 4 KiB: %s", resccl_get_error_string(rc));
+  rc = resccl_plan_load_range(comm[0], ar, 8192, SIZE_MAX);
+  CHECK(rc == resccl_success, "load from 8 KiB: %s", resccl_get_error_string(rc));
+  CHECK(resccl_plan_load_range(comm[0], ar, 10, 5) == resccl_invalid_argument, "an empty size range loaded");
+  collective("allreduce", 1000, 0, 1);
+  collective("allreduce", 1 << 20, 0, 1);
+  float *a;
+  cudaSetDevice(dev[0]);
+  cudaMalloc((void **)&a, 4 * 4096);
+  rc = resccl_all_reduce(a, a + 2048, 1536, resccl_float32, resccl_sum, comm[0], NULL);
+  CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "6144 bytes"), "a size no plan holds gave %d", rc);
+  cudaFree(a);
+  rc = resccl_plan_load(comm[0], ar);
+  CHECK(rc == resccl_success, "load for every size: %s", resccl_get_error_string(rc));
+  collective("allreduce", 1536, 0, 1);
+  printf("plans by size: ran\n");
+}
+
 static void bad_arguments(void) {
   float *a;
   cudaSetDevice(dev[0]);
@@ -270,6 +294,8 @@ int main(int argc, char **argv) {
     }
     if (c == 0) graph_replay(1 << 20);
   }
+  snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
+  size_ranges(path);
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
   resccl_result_t rc = resccl_plan_load(comm[0], path);
   CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);

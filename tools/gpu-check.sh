@@ -123,6 +123,10 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
     cat "$out/bench-$a.txt"
     took "bench $a"
   done
+  # All-reduce as NCCL runs it, by size: the one-shot below 32 MiB, the ring from there.
+  "$bin" bench algorithms/allreduce_allpairs.lua --from 32M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
+    -e "${BMAX:-8G}" -f 2 -n 20 -w 5 >"$out/bench-allreduce.txt" 2>&1 || fail=1 bfail=1
+  cat "$out/bench-allreduce.txt"
   echo "bench: $([ "${bfail:-0}" = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
 fi
 exit $fail

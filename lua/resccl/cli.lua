@@ -83,6 +83,9 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
   --coll NAME            the collective (default: the algorithm's)
   -d, --dtype T, --op OP datatype and reduction, named as dtype= and op= below
   --nccl 0|1             NCCL side by side (through libnccl.so.2)
+  --from S FILE2         sizes from S on run FILE2's plan instead (repeat with
+                         growing sizes; resccl_plan_load_range), as NCCL picks
+                         an algorithm by size
 
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
 h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
@@ -95,7 +98,7 @@ local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = tru
 local COLLECTIVES = { allreduce = true, allgather = true, reducescatter = true, alltoall = true }
 
 -- resccl bench's numeric options: sizes, and integers with their minimum.
-local BENCH_SIZES = { ["-b"] = true, ["-e"] = true, ["-i"] = true }
+local BENCH_SIZES = { ["-b"] = true, ["-e"] = true, ["-i"] = true, ["--from"] = true }
 local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0 }
 -- The options resccl bench passes on to resccl-bench, in this order.
 local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "--dtype", "--op", "--nccl" }
@@ -124,7 +127,7 @@ end
 
 -- Parse argv into { cmd, file, opts, args } or nil, message.
 local function parse(argv)
-  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = "auto", args = {}, bench = {} }
+  local o = { cmd = argv[1], sched = "hpds", tb = "state", fuse = "auto", args = {}, bench = {}, more = {} }
   local i = 2
   local function value(flag, allowed)
     i = i + 1
@@ -160,6 +163,9 @@ local function parse(argv)
       if not o[a:sub(3)] or o[a:sub(3)] < 1 then error(a .. " needs a positive integer", 0) end
     elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
     elseif a == "-g" then o.ngpus = bench_number(a, value(a))
+    elseif a == "--from" then
+      local from = bench_number(a, value(a))
+      o.more[#o.more + 1] = { from = from, file = value(a .. " " .. argv[i]) }
     elseif BENCH_SIZES[a] or BENCH_INTS[a] then o.bench[a] = bench_number(a, value(a))
     elseif a == "-d" or a == "--dtype" or a == "--op" then -- the short names plan:exec takes
       local v = value(a)
@@ -589,8 +595,9 @@ local function bench_exe(argv0)
   end
 end
 
---- Compile FILE for the GPUs asked for, write its plan to a temporary file and
---- run resccl-bench on it; returns resccl-bench's exit status.
+--- Compile FILE (and every --from FILE) for the GPUs asked for, write the
+--- plans to temporary files and run resccl-bench on them; returns
+--- resccl-bench's exit status.
 function M.bench(o)
   local b = o.bench
   if b["-b"] and b["-e"] and b["-b"] > b["-e"] then
@@ -606,27 +613,44 @@ function M.bench(o)
       o.virtual and "" or ", one per GPU (--virtual puts every rank on GPU 0)"))
   end
   local coll = o.coll or alg.collective
-  if coll ~= alg.collective then
-    return usage_error(("--coll %s: %s implements %s"):format(coll, alg.name, alg.collective))
+  local plans = { { alg = alg, prog = prog, topo = topo } }
+  for k, m in ipairs(o.more) do
+    if m.from <= (k > 1 and o.more[k - 1].from or 0) then
+      return usage_error(("--from %d: sizes must grow from plan to plan"):format(m.from))
+    end
+    local a, p, t = build { file = m.file, args = o.args }
+    if p:info().ranks ~= n then
+      return usage_error(("--from %d %s: %d ranks, %s has %d"):format(m.from, m.file, p:info().ranks, o.file, n))
+    end
+    plans[#plans + 1] = { alg = a, prog = p, topo = t, from = m.from }
+  end
+  for _, q in ipairs(plans) do
+    if coll ~= q.alg.collective then
+      return usage_error(("--coll %s: %s implements %s"):format(coll, q.alg.name, q.alg.collective))
+    end
   end
   local exe = bench_exe(o.argv0)
   if not exe then error("resccl bench needs the GPU runtime (resccl-bench not built: no CUDA toolkit)", 0) end
-  local path = os.tmpname()
-  local ok, err = pcall(M.write_plan, o, alg, prog, topo, path)
+  local ok, err, inplace = true, nil, true
+  for _, q in ipairs(plans) do
+    q.path = os.tmpname()
+    if ok then ok, err = pcall(M.write_plan, o, q.alg, q.prog, q.topo, q.path) end
+    inplace = inplace and q.alg.inplace
+  end
   local status = 1
   if ok then
     local cmd = { shell_quote(exe), "--coll", coll, "-g", n }
     if o.virtual then cmd[#cmd + 1] = "--virtual" end
-    if not alg.inplace then cmd[#cmd + 1] = "--inplace 0" end
+    if not inplace then cmd[#cmd + 1] = "--inplace 0" end
     for _, flag in ipairs(BENCH_PASS) do
       if b[flag] then cmd[#cmd + 1] = flag .. " " .. shell_quote(b[flag]) end
     end
-    cmd[#cmd + 1] = shell_quote(path)
+    for _, q in ipairs(plans) do cmd[#cmd + 1] = shell_quote(q.path .. (q.from and "@" .. q.from or "")) end
     io.stdout:flush()
     local _, how, code = os.execute(table.concat(cmd, " "))
     status = how == "exit" and code or 128 + code
   end
-  os.remove(path)
+  for _, q in ipairs(plans) do os.remove(q.path) end
   if not ok then error(err, 0) end
   return status
 end

@@ -20,6 +20,13 @@ describe("resccl bench", function()
     { { "--coll", "allgather", "algorithms/allreduce_ring.lua", "-g", "2" },
       "--coll allgather: allreduce_ring implements allreduce" },
     { {}, "'bench' needs a FILE" },
+    { { "algorithms/allreduce_allpairs.lua", "-g", "2", "--from", "32M" }, "--from 32M needs a value" },
+    { { "algorithms/allreduce_allpairs.lua", "-g", "2", "--from", "32M", "algorithms/allgather_ring.lua" },
+      "--coll allreduce: allgather_ring implements allgather" },
+    { { "algorithms/allreduce_allpairs.lua", "-g", "2", "--from", "32M", "algorithms/allreduce_ring.lua", "--from",
+        "16M", "algorithms/allreduce_ring.lua" }, "--from 16777216: sizes must grow from plan to plan" },
+    { { "algorithms/allreduce_allpairs.lua", "-g", "2", "--from", "32M", "algorithms/allreduce_ring.lua",
+        "ranks=4" }, "-g 2: the program has 4 ranks, one per GPU (--virtual puts every rank on GPU 0)" },
   }
   for _, c in ipairs(usage) do
     it("exits 2: " .. c[2], function()

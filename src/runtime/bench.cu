@@ -71,8 +71,13 @@ static const struct {
                               {"double", "f64", 8}, {"bfloat16", "bf16", 2}};
 static const char *const op_names[resccl_num_ops] = {"sum", "prod", "max", "min", "avg"};
 
+struct Plan {
+  std::string path;
+  size_t from; /* the plan runs sizes from here to the next plan's from */
+};
+
 struct Opts {
-  const char *plan = NULL;
+  std::vector<Plan> plans;
   Coll coll = ALLREDUCE;
   size_t minbytes = 32 << 20, maxbytes = 32 << 20, stepbytes = 1 << 20;
   long stepfactor = 2; /* 1: add stepbytes instead */
@@ -82,10 +87,11 @@ struct Opts {
 };
 
 static const char USAGE[] =
-    "usage: resccl-bench [options] PLAN\n"
+    "usage: resccl-bench [options] PLAN [PLAN@SIZE ...]\n"
     "\n"
     "Runs the collective of PLAN (written by `resccl compile ALG.lua --plan PLAN`) on\n"
-    "every size from -b to -e and prints nccl-tests' table: time, algbw, busbw and\n"
+    "every size from -b to -e; PLAN@SIZE runs sizes from SIZE on instead (each SIZE\n"
+    "larger than the last: resccl_plan_load_range). Prints nccl-tests' table: time, algbw, busbw and\n"
     "#wrong out-of-place and in-place, then NCCL's out-of-place busbw measured in the\n"
     "same run, the ratio ours/NCCL and the thread blocks per GPU of both.\n"
     "\n"
@@ -196,8 +202,15 @@ static Opts parse(int argc, char **argv) {
     }
   }
   if (optind == argc) usage_error("a PLAN file is needed");
-  if (optind + 1 < argc) usage_error("unexpected argument '%s'", argv[optind + 1]);
-  o.plan = argv[optind];
+  for (int i = optind; i < argc; i++) {
+    std::string a = argv[i];
+    size_t at = a.rfind('@');
+    Plan p = {a.substr(0, at), 0};
+    if (at != std::string::npos) p.from = parse_size("PLAN@SIZE", a.c_str() + at + 1);
+    if (i == optind && p.from) usage_error("the first PLAN runs from the smallest size: no @%s", a.c_str() + at + 1);
+    if (i > optind && p.from <= o.plans.back().from) usage_error("%s: sizes must grow from plan to plan", argv[i]);
+    o.plans.push_back(p);
+  }
   if (o.minbytes > o.maxbytes) usage_error("-b %zu is larger than -e %zu", o.minbytes, o.maxbytes);
   return o;
 }
@@ -579,7 +592,10 @@ static const char *fmt_num(char *buf, const char *fmt, double v, bool have) {
 
 static void print_header(const Bench *b, const char *nccl_state, int blocks) {
   const Opts &o = b->o;
-  printf("# resccl-bench: %s, %s, %d rank%s %s\n", o.plan, coll_names[o.coll], b->n, b->n == 1 ? "" : "s",
+  std::string plans;
+  for (const Plan &p : o.plans)
+    plans += (plans.empty() ? "" : ", ") + p.path + (p.from ? " from " + std::to_string(p.from) + " B" : "");
+  printf("# resccl-bench: %s, %s, %d rank%s %s\n", plans.c_str(), coll_names[o.coll], b->n, b->n == 1 ? "" : "s",
          o.virt ? "on GPU 0 (virtual ranks)" : "one per GPU");
   printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d\n", o.minbytes,
          o.maxbytes, o.stepfactor > 1 ? (size_t)o.stepfactor : o.stepbytes, o.stepfactor > 1 ? "factor" : "bytes",
@@ -634,8 +650,11 @@ static void setup(Bench *b, std::string *nccl_state) {
   b->comm.resize(b->n);
   resccl_result_t rc = resccl_comm_init_all(b->comm.data(), b->n, b->dev.data());
   if (rc != resccl_success) die("resccl_comm_init_all: %s", resccl_message(rc).c_str());
-  if ((rc = resccl_plan_load(b->comm[0], o.plan)) != resccl_success)
-    die("cannot load plan %s: %s", o.plan, resccl_message(rc).c_str());
+  for (size_t i = 0; i < o.plans.size(); i++) {
+    size_t hi = i + 1 < o.plans.size() ? o.plans[i + 1].from - 1 : SIZE_MAX;
+    if ((rc = resccl_plan_load_range(b->comm[0], o.plans[i].path.c_str(), o.plans[i].from, hi)) != resccl_success)
+      die("cannot load plan %s: %s", o.plans[i].path.c_str(), resccl_message(rc).c_str());
+  }
 
   const char *why = NULL;
   if (!o.nccl) *nccl_state = "off (--nccl 0)";

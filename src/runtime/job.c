@@ -5,6 +5,7 @@
 ** loads this library and calls resccl_x_run_job.
 */
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,7 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   rt_conf_env(&conf);
   conf.nchan = j->nchan, conf.threads = j->threads ? j->threads : conf.threads, conf.nslots = j->nslots, conf.slot_bytes = j->slot_bytes;
   conf.nmicro = j->nmicro, conf.timeout_s = j->timeout_s, conf.direct = j->direct;
-  OK(rt_plan_load(comm[0], j->plan_path, &conf));
+  OK(rt_plan_load(comm[0], j->plan_path, &conf, 0, SIZE_MAX));
   for (int r = 0; r < R; r++) {
     CUOK(cudaSetDevice(devs[r]));
     CUOK(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));

@@ -151,6 +151,7 @@ typedef struct {
 
 typedef struct RtPlan {
   char name[64], coll[32];
+  size_t lo, hi;      /* the calls it runs: [lo, hi] bytes (nccl-tests' size) */
   Variant *v[2];      /* [inplace] */
   RtConf conf;
   struct RtPlan *next;
@@ -549,7 +550,7 @@ static void plan_unload(Group *g, RtPlan *p) {
   free(p);
 }
 
-static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 
 /* Threads per block of a collective's plan, `asked` unless 0: a
    reduce-scatter is bound by its reducing blocks, which gain from 1024
@@ -559,8 +560,9 @@ static int plan_threads(int asked, const char *coll) {
   return asked ? asked : !strcmp(coll, "reducescatter") ? 1024 : 512;
 }
 
-resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
+  if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
   if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
@@ -570,17 +572,17 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
   int dev = -1;
   cudaGetDevice(&dev);
-  resccl_result_t rc = plan_load(comm, path, conf);
+  resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
   if (dev >= 0) cudaSetDevice(dev);
   return rc;
 }
 
-static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf) {
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   Group *g = comm->g;
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan *p = calloc(1, sizeof *p);
-  p->conf = *conf;
+  p->conf = *conf, p->lo = lo, p->hi = hi;
   resccl_result_t rc = resccl_success;
   for (;;) {
     Variant *v;
@@ -599,17 +601,18 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   for (int i = 0; i < 2 && rc == resccl_success; i++)
     if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
-  /* A new plan for a collective replaces the old one. */
-  for (RtPlan **q = &g->plans; *q; q = &(*q)->next)
-    if (!strcmp((*q)->coll, p->coll)) {
+  /* A new plan for a collective replaces those whose sizes it shares. */
+  for (RtPlan **q = &g->plans; *q;)
+    if (!strcmp((*q)->coll, p->coll) && (*q)->lo <= hi && lo <= (*q)->hi) {
       RtPlan *old = *q;
       *q = old->next;
       for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
       plan_unload(g, old);
-      break;
+    } else {
+      q = &(*q)->next;
     }
   p->next = g->plans, g->plans = p;
-  INFO("loaded %s (%s) from %s", p->name, p->coll, path);
+  INFO("loaded %s (%s, %zu to %zu bytes) from %s", p->name, p->coll, lo, hi, path);
   return resccl_success;
 }
 
@@ -633,24 +636,31 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
 }
 
 resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
-  RtConf c;
-  rt_conf_env(&c);
-  return rt_plan_load(comm, path, &c);
+  return resccl_plan_load_range(comm, path, 0, SIZE_MAX);
 }
 
-static RtPlan *plan_for(Group *g, const char *coll) {
+resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes) {
+  RtConf c;
+  rt_conf_env(&c);
+  return rt_plan_load(comm, path, &c, min_bytes, max_bytes);
+}
+
+/* The plan for a call of `bytes` bytes. */
+static RtPlan *plan_for(Group *g, const char *coll, size_t bytes) {
   RtPlan *p = g->plans;
-  while (p && strcmp(p->coll, coll)) p = p->next;
+  while (p && (strcmp(p->coll, coll) || bytes < p->lo || bytes > p->hi)) p = p->next;
   return p;
 }
 
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
-  RtPlan *p = plan_for(comm->g, coll);
-  if (!p) return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
-  Variant *v = p->v[0] ? p->v[0] : p->v[1];
-  *blocks = v->ntb[comm->rank] * v->nchan;
-  return resccl_success;
+  *blocks = 0;
+  for (RtPlan *p = comm->g->plans; p; p = p->next) {
+    if (strcmp(p->coll, coll)) continue;
+    Variant *v = p->v[0] ? p->v[0] : p->v[1];
+    if (v->ntb[comm->rank] * v->nchan > *blocks) *blocks = v->ntb[comm->rank] * v->nchan;
+  }
+  return *blocks ? resccl_success : rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
 }
 
 resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
@@ -743,8 +753,9 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
   if ((uintptr_t)send % es || (uintptr_t)recv % es)
     return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);
-  RtPlan *p = plan_for(comm->g, coll);
-  if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for it (resccl_plan_load)", coll);
+  size_t bytes = count * es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1); /* nccl-tests' size */
+  RtPlan *p = plan_for(comm->g, coll, bytes);
+  if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
   Variant *v = p->v[inplace];
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   if (v->even && count % (size_t)v->chunks)

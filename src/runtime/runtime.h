@@ -22,7 +22,8 @@ typedef struct {
 /* RESCCL_NCHANNELS, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
    RESCCL_DIRECT, RESCCL_TIMEOUT (seconds). (RESCCL_TRACE is read where plans load and unload.) */
 void rt_conf_env(RtConf *c);
-resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf);
+/* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
 resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n);
 /* Build every placement of a plan file for sm_<arch> and `threads` (0: the plan's default): the check CI
