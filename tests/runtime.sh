@@ -1,7 +1,7 @@
 #!/bin/sh
 # libresccl through its C API (tests/test_runtime.c).
-#   runtime.sh RESCCL TEST_RUNTIME build   plans build with NVRTC for sm_90 at their default
-#                                          threads, 512 and 1024 (reduce-scatter) (nvcc_emit.sh
+#   runtime.sh RESCCL TEST_RUNTIME build   plans build with NVRTC for sm_90: all-reduce at 512
+#                                          threads, reduce-scatter at 1024 (nvcc_emit.sh
 #                                          compiles every algorithm; NVRTC is the runtime's path)
 #   runtime.sh RESCCL TEST_RUNTIME run     the collectives on the GPUs (RANKS=N, default
 #                                          max(2, GPUs); more ranks than GPUs share them)

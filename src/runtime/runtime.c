@@ -180,7 +180,7 @@ static int env_int(const char *name, int dflt) {
 
 void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
-  c->threads = env_int("RESCCL_THREADS", 0); /* 0: the plan's default (plan_load) */
+  c->threads = env_int("RESCCL_THREADS", RT_THREADS);
   c->nslots = env_int("RESCCL_SLOTS", 4);
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
      per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
@@ -552,13 +552,6 @@ static void plan_unload(Group *g, RtPlan *p) {
 
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 
-/* Threads per block of a collective's plan, `asked` unless 0: a
-   reduce-scatter is bound by its reducing blocks, which gain from 1024
-   threads (more loads in flight: +3-24% from 32 MiB on 2xH200) where copies
-   and all-reduce lose 2-13% (BENCHMARKS.md). */
-static int plan_threads(int asked, const char *coll) {
-  return asked ? asked : !strcmp(coll, "reducescatter") ? 1024 : 512;
-}
 
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
@@ -597,7 +590,6 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   }
   fclose(f);
   if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
-  if (rc == resccl_success) p->conf.threads = plan_threads(conf->threads, p->coll);
   for (int i = 0; i < 2 && rc == resccl_success; i++)
     if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
@@ -626,7 +618,7 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   while ((rc = read_variant(f, path, &p, &v)) == resccl_success && v) {
     char *cubin;
     size_t len;
-    rc = rt_cubin(v->src, arch, plan_threads(threads, p.coll), &cubin, &len);
+    rc = rt_cubin(v->src, arch, threads ? threads : RT_THREADS, &cubin, &len);
     variant_free(NULL, v);
     if (rc != resccl_success) break;
     free(cubin), n++;

@@ -8,9 +8,15 @@
 
 #include "resccl.h"
 
+/* Threads per block by default. On 2xH200, 1024 lost 2-13% on all-reduce and
+   all-gather; reduce-scatter gained with it until the tile arithmetic moved to
+   one thread, and now loses up to 12% below 32 MiB and is even above
+   (BENCHMARKS.md). */
+#define RT_THREADS 512
+
 typedef struct {
   int nchan;          /* blocks per TB; 0: about 32 blocks on the busiest GPU */
-  int threads;        /* per block; 0: the plan's default (512, 1024 for reduce-scatter) */
+  int threads;        /* per block */
   int nslots;         /* FIFO slots per connection and channel */
   size_t slot_bytes;  /* bytes per slot */
   size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
@@ -26,7 +32,7 @@ void rt_conf_env(RtConf *c);
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
 resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n);
-/* Build every placement of a plan file for sm_<arch> and `threads` (0: the plan's default): the check CI
+/* Build every placement of a plan file for sm_<arch> and `threads` (0: RT_THREADS): the check CI
    can run without a GPU. */
 resccl_result_t rt_plan_build(const char *path, int arch, int threads);
 /* Record the message of a failure and return its code. */
