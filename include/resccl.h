@@ -74,8 +74,9 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t comm, resccl_result_t 
 resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path);
 /* The same for calls of min_bytes to max_bytes bytes (inclusive; nccl-tests' size: an all-reduce's
    count, the others' count times ranks, in bytes), as MSCCL's minBytes and maxBytes: plans of one
-   collective for different sizes coexist, a call runs the one whose sizes hold it, and a plan replaces
-   those whose sizes it shares. */
+   collective for different sizes coexist and a call runs the one whose sizes hold it. A new plan takes
+   its sizes from the loaded ones (those it covers are unloaded, the others keep the sizes on their side
+   of it); one that would cut a loaded plan in two is refused, and so is a load inside a group. */
 resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes);
 /* Thread blocks per GPU the loaded plans for `collective` ("allreduce", ...) launch per rank (the most). */
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *collective, int *blocks);

@@ -302,7 +302,7 @@ static void tb_try(Sim *s, int g, double now) {
     int c = k * s->NC + p->cin;
     if (s->arrived[c] <= tile_index(s, p->tin, p->cin, m)) return block(s, g, s->K * s->NP + c);
   }
-  if (p->cout >= 0) {
+  if (p->cout >= 0 && !(s->o.gpu && p->direct)) { /* a put (GPU runtime) takes no slot */
     int c = k * s->NC + p->cout;
     if (s->sent[c] - s->popped[c] >= s->o.depth) return block(s, g, s->K * s->NP + s->K * s->NC + c);
   }
@@ -326,7 +326,9 @@ static void tb_data(Sim *s, int g, double now) {
     flow_start(s, g, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
   } else {
     double from = now, pass = rate > 0 ? bytes / (rate * 1e3) : 0;
-    if (p->cin >= 0) { /* streamed from when both the tile flowed and the TB waited */
+    if (p->cin >= 0 && s->o.gpu && p->direct) { /* a put landed: counted, or reduced where it is */
+      if (p->kind == PR_RECV) pass = 0;
+    } else if (p->cin >= 0) { /* streamed from when both the tile flowed and the TB waited */
       int c = k * s->NC + p->cin;
       double fs = s->tsent[(size_t)c * s->o.depth + tile_index(s, p->tin, p->cin, s->mb[g]) % s->o.depth];
       from = fs > s->since[g] ? fs : s->since[g];

@@ -480,6 +480,8 @@ static void lend(Plan *pl) {
   int R = pl->prog->nranks, cap = pl->np, lent = 0;
   int *key = xcalloc((size_t)pl->np * 2 + 1, sizeof *key); /* order in a TB: lent copies first */
   char *gone = xcalloc((size_t)pl->ntbs + 1, 1);       /* TBs left empty */
+  int *left = xmalloc(((size_t)pl->ntbs + 1) * sizeof *left); /* primitives a TB keeps */
+  for (int g = 0; g < pl->ntbs; g++) left[g] = pl->tb_off[g + 1] - pl->tb_off[g];
   for (int r = 0; r < R; r++) {
     int host = -1;
     for (int b = 0; b < pl->ntb[r] && host < 0; b++) {
@@ -501,12 +503,13 @@ static void lend(Plan *pl) {
         p->kind = PR_SEND, p->tin = -1;
         pl->task_send[c.tin] = pl->task_recv[c.tin] = pl->np - 1;
         i = pl->np - 1;
-      } else if (pl->tb_off[pl->tb_base[r] + p->tb + 1] - pl->tb_off[pl->tb_base[r] + p->tb] == 1) {
+      } else if (--left[pl->tb_base[r] + p->tb] == 0) {
         gone[pl->tb_base[r] + p->tb] = 1;
       }
       pl->p[i].tb = host, key[i] = -1, lent++;
     }
   }
+  free(left);
   if (!lent) return free(key), free(gone);
   /* Rank lists (lent copies are appended) and TB numbers without the empty TBs. */
   int *fill = xmalloc(((size_t)R + 1) * sizeof *fill), *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);

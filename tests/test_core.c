@@ -434,6 +434,20 @@ static void test_tb_lend(void **state) {
     topo_free(t);
     prog_free(p);
   }
+  /* All-to-all a chunk at a time: both own copies go, and their TB with them. */
+  Program *p = prog_new("a2a", COLL_ALLTOALL, 2, 2, 2);
+  prog_file(p, "a2a.lua");
+  for (int r = 0; r < 2; r++)
+    for (int q = 0; q < 2; q++)
+      for (int c = 0; c < 2; c++) add(p, r, BUF_INPUT, 2 * q + c, q, BUF_OUTPUT, 2 * r + c, OP_COPY, 0);
+  Topo *t = topo_flat(2);
+  Plan pl;
+  assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
+  assert_int_equal(plan_tbs_max(&pl), 2);
+  for (int g = 0; g < pl.ntbs; g++) assert_true(pl.tb_off[g + 1] > pl.tb_off[g]);
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
 }
 
 /* -------------------------------------------------- template / emitter */

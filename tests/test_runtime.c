@@ -191,9 +191,10 @@ static void graph_replay(size_t count) {
   free(host);
 }
 
-/* Plans by size (resccl_plan_load_range): two sizes of one collective with a
-   gap between them; a call runs the plan whose sizes hold it, refuses a size
-   none holds, and a plan for every size replaces both. */
+/* Plans by size (resccl_plan_load_range), with no plan loaded yet: two sizes
+   of one collective with a gap between them; a call runs the plan whose sizes
+   hold it, refuses a size none holds, and a plan for every size replaces
+   both; a later one for the large sizes leaves it the small ones. */
 static void size_ranges(const char *ar) {
   resccl_result_t rc = resccl_plan_load_range(comm[0], ar, 0, 4095);
   CHECK(rc == resccl_success, "load below 4 KiB: %s", resccl_get_error_string(rc));
@@ -211,6 +212,15 @@ static void size_ranges(const char *ar) {
   rc = resccl_plan_load(comm[0], ar);
   CHECK(rc == resccl_success, "load for every size: %s", resccl_get_error_string(rc));
   collective("allreduce", 1536, 0, 1);
+  /* One from 1 MiB leaves the other the sizes below; none may cut one in two, nor load inside a group. */
+  rc = resccl_plan_load_range(comm[0], ar, 1 << 20, SIZE_MAX);
+  CHECK(rc == resccl_success, "load from 1 MiB: %s", resccl_get_error_string(rc));
+  collective("allreduce", 1536, 0, 1);
+  collective("allreduce", 1 << 20, 0, 1);
+  CHECK(resccl_plan_load_range(comm[0], ar, 100, 200) == resccl_invalid_usage, "a plan cut in two");
+  resccl_group_start();
+  CHECK(resccl_plan_load(comm[0], ar) == resccl_invalid_usage, "a plan loaded inside a group");
+  resccl_group_end();
   printf("plans by size: ran\n");
 }
 
@@ -280,6 +290,8 @@ int main(int argc, char **argv) {
   char path[1024];
   snprintf(path, sizeof path, "%s/missing.plan", argv[2]);
   CHECK(resccl_plan_load(comm[0], path) == resccl_system_error, "a missing plan file loaded");
+  snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
+  size_ranges(path); /* first: before any plan covers every size */
   for (int c = 0; c < 4; c++) {
     snprintf(path, sizeof path, "%s/%s.plan", argv[2], colls[c]);
     resccl_result_t rc = resccl_plan_load(comm[0], path);
@@ -295,8 +307,6 @@ int main(int argc, char **argv) {
     }
     if (c == 0) graph_replay(1 << 20);
   }
-  snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
-  size_ranges(path);
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
   resccl_result_t rc = resccl_plan_load(comm[0], path);
   CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);

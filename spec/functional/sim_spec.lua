@@ -23,7 +23,8 @@ describe("resccl sim", function()
       bw[k] = r.sim.busbw_gbps
       assert.equal(2 * k, #r.sim.tbs / 2) -- per rank: 2 TBs x K channels
     end
-    assert.is_true(bw[16] > 8 * bw[1], ("%g vs %g"):format(bw[16], bw[1]))
+    -- 16 channels reach the link (about 330 GB/s); one channel's two TBs move a 16th of that or more
+    assert.is_true(bw[16] > 6 * bw[1] and bw[16] > 300, ("%g vs %g"):format(bw[16], bw[1]))
   end)
 
   it("adds a sim object to the JSON report", function()

@@ -265,6 +265,7 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 static void trace_write(Group *g, Variant *v) {
   const char *path = getenv("RESCCL_TRACE");
   FILE *f = NULL;
+  if (!path || !*path) return;
   for (int d = 0; g && d < g->ndevs; d++) {
     int nb = v->dev[d].nblocks;
     size_t words = (size_t)nb * RX_TRACE_WORDS;
@@ -552,10 +553,24 @@ static void plan_unload(Group *g, RtPlan *p) {
 
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 
+typedef struct Call Call; /* one queued collective call (below) */
+/* The open group of the calling thread (NCCL's groups are per thread too);
+   a call refused inside it fails the whole group at resccl_group_end. */
+static __thread struct {
+  int depth;
+  Call *q;
+  int n, cap;
+  resccl_result_t error;
+  char why[1024];
+} group;
+
+
 
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
   if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
+  /* Queued calls point at the plans they run. */
+  if (group.depth > 0) return rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
   if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
@@ -590,19 +605,31 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   }
   fclose(f);
   if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
+  /* A loaded plan whose sizes reach past the new one's on both sides would be cut in two. */
+  for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next)
+    if (!strcmp(q->coll, p->coll) && q->lo < lo && q->hi > hi)
+      rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
+                   "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
+  if (!p->conf.threads) p->conf.threads = RT_THREADS;
   for (int i = 0; i < 2 && rc == resccl_success; i++)
     if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
-  /* A new plan for a collective replaces those whose sizes it shares. */
-  for (RtPlan **q = &g->plans; *q;)
-    if (!strcmp((*q)->coll, p->coll) && (*q)->lo <= hi && lo <= (*q)->hi) {
-      RtPlan *old = *q;
+  /* A new plan for a collective takes its sizes from the loaded ones: those
+     it covers go, the others keep the sizes on their side of it. */
+  for (RtPlan **q = &g->plans; *q;) {
+    RtPlan *old = *q;
+    if (strcmp(old->coll, p->coll) || old->hi < lo || hi < old->lo) {
+      q = &old->next;
+    } else if (lo <= old->lo && old->hi <= hi) {
       *q = old->next;
       for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
       plan_unload(g, old);
     } else {
-      q = &(*q)->next;
+      if (old->lo < lo) old->hi = lo - 1;
+      else old->lo = hi + 1;
+      q = &old->next;
     }
+  }
   p->next = g->plans, g->plans = p;
   INFO("loaded %s (%s, %zu to %zu bytes) from %s", p->name, p->coll, lo, hi, path);
   return resccl_success;
@@ -675,7 +702,7 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
 /* Element sizes; the kernel's dtype and op codes are the API's (cuda_abi.h). */
 static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
-typedef struct {
+struct Call {
   resccl_comm_t comm;
   Variant *v;
   RtPlan *plan;
@@ -683,17 +710,7 @@ typedef struct {
   size_t count, esize;
   int nmicro, dtype, op;
   cudaStream_t stream;
-} Call;
-
-/* The open group of the calling thread (NCCL's groups are per thread too);
-   a call refused inside it fails the whole group at resccl_group_end. */
-static __thread struct {
-  int depth;
-  Call *q;
-  int n, cap;
-  resccl_result_t error;
-  char why[1024];
-} group;
+};
 
 static resccl_result_t launch(Call *calls, int n);
 
