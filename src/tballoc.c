@@ -487,9 +487,10 @@ static void lend(Plan *pl) {
     for (int b = 0; b < pl->ntb[r] && host < 0; b++) {
       int g = pl->tb_base[r] + b;
       host = b;
-      for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++)
-        if (pl->p[pl->tb_prims[k]].kind != PR_RECV || !pl->p[pl->tb_prims[k]].direct || pl->p[pl->tb_prims[k]].flag >= 0)
-          host = -1;
+      for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) {
+        const Prim *q = &pl->p[pl->tb_prims[k]];
+        if (q->kind != PR_RECV || !q->direct || q->flag >= 0) host = -1;
+      }
     }
     for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1] && host >= 0; k++) {
       int i = pl->rank_prims[k];

@@ -190,6 +190,7 @@ void rt_conf_env(RtConf *c) {
   c->direct = env_int("RESCCL_DIRECT", 1);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
+  c->trace = getenv("RESCCL_TRACE") && *getenv("RESCCL_TRACE") ? getenv("RESCCL_TRACE") : NULL;
 }
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
@@ -262,11 +263,9 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 /* RESCCL_TRACE=FILE: the last call's events of every block, appended as
    lines `gpu placement block rank tb chan prim m kind begin end` (ns from
    the GPU's first event; kind 0 a flag wait, 1 a primitive's micro-batch). */
-static void trace_write(Group *g, Variant *v) {
-  const char *path = getenv("RESCCL_TRACE");
+static void trace_write(Group *g, Variant *v, const char *path) {
   FILE *f = NULL;
-  if (!path || !*path) return;
-  for (int d = 0; g && d < g->ndevs; d++) {
+  for (int d = 0; v && path && d < g->ndevs; d++) {
     int nb = v->dev[d].nblocks;
     size_t words = (size_t)nb * RX_TRACE_WORDS;
     unsigned long long *t = v->dev[d].trace ? malloc(words * sizeof *t) : NULL;
@@ -296,7 +295,6 @@ static void trace_write(Group *g, Variant *v) {
 
 static void variant_free(Group *g, Variant *v) {
   if (!v) return;
-  trace_write(g, v);
   for (int d = 0; d < MAXDEV; d++) free(v->dev[d].tab);
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
@@ -527,8 +525,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
-    if (getenv("RESCCL_TRACE") && *getenv("RESCCL_TRACE"))
-      TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
+    if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
     v->dev[d].trace = run.trace, v->dev[d].tab = tab;
     run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.started = dstarted;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
@@ -547,7 +544,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
 }
 
 static void plan_unload(Group *g, RtPlan *p) {
-  for (int i = 0; i < 2; i++) variant_free(g, p->v[i]);
+  for (int i = 0; i < 2; i++) trace_write(g, p->v[i], p->conf.trace), variant_free(g, p->v[i]);
   free(p);
 }
 
@@ -563,8 +560,6 @@ static __thread struct {
   resccl_result_t error;
   char why[1024];
 } group;
-
-
 
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
