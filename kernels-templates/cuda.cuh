@@ -14,10 +14,17 @@
 ** inlined: a tile is large, a call is cheap, and a program stays quick to
 ** compile (inlined movers took NVRTC three times as long).
 **
-** Channels: one TB cannot fill an NVLink bundle, so every TB of the plan runs
-** as `nchan` blocks, block k moving slice k of every tile over its own FIFO
-** and flags. Slices never meet, so the channels are independent copies of
-** the verified plan.
+** Channels and slices: one TB cannot fill an NVLink bundle, so every TB of
+** the plan runs as `nblk` blocks, and cuts every tile into `nslice` slices
+** (a few per block), each with its own FIFOs and flags. Slices never meet,
+** so they are independent copies of the verified plan. A TB's blocks take
+** its units, (entry, micro-batch, slice), in that order from a shared
+** counter, each after the slice's previous unit is done: blocks that move
+** faster take more, instead of all waiting for the slowest (on 2xH200 one
+** slice per block left the last block of a 1 GiB all-reduce ending 40%
+** after the first). Taking units in one order in every TB keeps the plan
+** deadlock-free: a unit waits only for units of its own slice that come
+** before it in the plan's order, or for earlier units of its TB.
 **
 ** Calls follow one another without any reset: FIFO counters run on from
 ** call to call, and flags count micro-batches from the plan's load: each
@@ -35,11 +42,14 @@
 typedef struct {
   const RxRun *run;
   const RxArgs *a;
-  int rank, tb, chan, m;
+  int rank, tb, chan;       /* chan: the block's index among its TB's */
+  int slice, e, ent, m;     /* the unit running: slice, entry (RX_FOR_M loop) and micro-batch; ent counts loops */
+  unsigned next;            /* without turns: the block's next unit of its own slice */
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
   unsigned long long ready; /* thread 0: peers known to run this call (direct sends) */
   unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
+  unsigned taken;           /* units its TB's blocks took before this call (RxRun.epoch) */
   int prim;                 /* the primitive running (RX_AT), for the trace */
 } RxCtx;
 
@@ -65,7 +75,8 @@ __device__ static inline void rx_trace(const RxCtx *x, int kind, unsigned long l
   t += (size_t)blockIdx.x * RX_TRACE_WORDS;
   unsigned long long h = t[0], n = h & 0xffffffffu; /* the block's SM above its event count */
   if (n >= RX_TRACE_EVENTS) return;
-  t[1 + 3 * n] = (unsigned long long)x->prim << 32 | (unsigned long long)x->m << 8 | (unsigned)kind;
+  t[1 + 3 * n] = (unsigned long long)x->prim << 40 | (unsigned long long)x->slice << 24 | (unsigned long long)x->m << 4 |
+                 (unsigned)kind;
   t[2 + 3 * n] = t0, t[3 + 3 * n] = rx_clock_ns();
   t[0] = h + 1;
 }
@@ -87,10 +98,10 @@ __device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
 }
 
 /* Element range of chunks [idx, idx+cnt) in micro-batch m (tile.h), then
-   this block's channel slice of it, on whole vectors too. */
+   the unit's slice of it, on whole vectors too. */
 __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {
   const RxArgs *r = x->a;
-  size_t t, v = rx_vec(r->esize), K = (size_t)x->run->nchan, k = (size_t)x->chan;
+  size_t t, v = rx_vec(r->esize), K = (size_t)r->nslice, k = (size_t)x->slice;
   rx_span(r->count, (size_t)x->run->chunks, (size_t)r->nmicro, r->esize, idx, cnt, m, lo, &t);
   size_t b = rx_cut(t, v, k, K);
   *lo += b;
@@ -115,8 +126,8 @@ __device__ static void rx_tiles(const RxCtx *x, int cnt, int m, int a, int b, in
   __syncthreads(); /* read before thread 0 computes the next */
 }
 
-__device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nchan + x->chan]; }
-__device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nchan + x->chan]; }
+__device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nslice + x->slice]; }
+__device__ static inline unsigned *rx_flag(const RxCtx *x, int f) { return &x->run->flag[f * x->run->nslice + x->slice]; }
 
 __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
   return x->a->buf[x->rank][buf] + elem * x->a->esize;
@@ -519,6 +530,64 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
   __syncthreads();
 }
 
+/* Thread 0 at the start of a traced call: no events yet, and the block's SM. */
+__device__ static inline void rx_trace_start(const RxRun *run) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  run->trace[(size_t)blockIdx.x * RX_TRACE_WORDS] = (unsigned long long)sm << 32;
+}
+
+/* The block takes its TB's next unit (of ne entries x nmicro x nslice) and
+   waits until the unit before it in its slice is done; 0 when none is left.
+   Counted without a reset: every block of the TB takes units until one is
+   past the call's last, so a call moves the counter by its units plus
+   nblk, and each block counts that too (RxRun.epoch) to know where this
+   call's units start (modulo 2^32 on both sides). Without turns, the
+   block's next unit of its own slice. */
+__device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
+  const RxRun *run = x->run;
+  unsigned M = (unsigned)x->a->nmicro, V = (unsigned)x->a->nslice, U = (unsigned)ne * M * V;
+  if (!x->a->turns) {
+    unsigned u = x->next++ * V + (unsigned)x->chan;
+    if (u >= U) return 0;
+    x->e = (int)(u / (M * V)), x->m = (int)(u / V % M), x->slice = x->chan;
+    return 1;
+  }
+  __shared__ unsigned s_u;
+  if (threadIdx.x == 0) s_u = atomicAdd(&run->claim[tbi], 1u) - x->taken;
+  __syncthreads();
+  unsigned u = s_u;
+  __syncthreads(); /* read before thread 0 takes the next */
+  if (u >= U) return 0;
+  x->e = (int)(u / (M * V)), x->m = (int)(u / V % M), x->slice = (int)(u % V);
+  unsigned step = (unsigned)x->e * M + (unsigned)x->m;
+  if (threadIdx.x == 0 && step) {
+    const unsigned long long *d = &run->done[(size_t)tbi * (unsigned)run->nslice + (unsigned)x->slice];
+    unsigned long long want = (unsigned long long)x->call << 32 | step;
+    if (rx_ld(d) < want) {
+      unsigned spins = 0;
+      unsigned long long t0 = run->trace ? rx_clock_ns() : 0;
+      while (rx_ld(d) < want && !rx_give_up(x, &spins)) {
+      }
+      if (t0) rx_trace(x, 2, t0);
+    }
+  }
+  __syncthreads();
+  return 1;
+}
+
+/* After the block's unit: the slice's next unit may start, on any block. */
+__device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
+  if (!x->a->turns) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned step = (unsigned)x->e * (unsigned)x->a->nmicro + (unsigned)x->m + 1;
+    __threadfence();
+    *(volatile unsigned long long *)&x->run->done[(size_t)tbi * x->run->nslice + x->slice] =
+      (unsigned long long)x->call << 32 | step;
+  }
+}
+
 /* The emitted program's vocabulary, as in host.h. A primitive is one
    traced event per micro-batch (RESCCL_TRACE). */
 #define RX_TRACED(call)                                              \
@@ -528,7 +597,9 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
     if (t0_) rx_trace(x, 1, t0_);                                    \
   } while (0)
 #define RX_TB(r, b) __device__ static __noinline__ void rx_tb_##r##_##b(RxCtx *x)
-#define RX_FOR_M for (int m = (x->m = 0); m < x->a->nmicro; m = ++x->m)
+/* A TB body is called once per unit and runs the unit's entry, its loop
+   number x->e, at its micro-batch. */
+#define RX_FOR_M for (int m = x->m, go_ = x->ent++ == x->e; go_; go_ = 0)
 #define RX_AT(i) (x->prim = (i))
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
@@ -545,28 +616,35 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 #define RX_CS(co, rb, ri, wb, wi, n) RX_TRACED(rx_send(x, co, rb, ri, wb, wi, n, m))
 #define RX_COPY(rb, ri, wb, wi, n) RX_TRACED(rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m))
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m))
-/* A rank is a switch over its TBs; the program one kernel over its ranks. */
-#define RX_RANK_BEGIN(r) __device__ static void rx_rank_##r(RxCtx *x) { switch (x->tb) {
-#define RX_RANK_TB(r, b) case b: rx_tb_##r##_##b(x); break;
-#define RX_RANK_END(r) default: break; } }
+/* A rank is a switch over its TBs, the program one over its ranks: each
+   returns the TB's number of entries, and runs entry x->e unless it is < 0. */
+#define RX_RANK_BEGIN(r) __device__ static int rx_rank_##r(RxCtx *x) { switch (x->tb) {
+#define RX_RANK_TB(r, b, ne) case b: if (x->e >= 0) rx_tb_##r##_##b(x); return ne;
+#define RX_RANK_END(r) default: return 0; } }
 #define RX_RANK_EXTERN(r)
-#define RX_PROGRAM_BEGIN(n) \
+#define RX_PROGRAM_BEGIN(n) __device__ static int rx_program(RxCtx *x) { x->ent = 0; switch (x->rank) {
+#define RX_PROGRAM_RANK(r, ntb) case r: return rx_rank_##r(x);
+/* The block counts the call (every block of a launch runs every call of its GPU). */
+#define RX_PROGRAM_END default: return 0; } } \
   extern "C" __global__ void __launch_bounds__(RX_THREADS) rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
     RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x]}; \
-    ctx.base = run->epoch[2 * blockIdx.x], ctx.call = run->epoch[2 * blockIdx.x + 1] + 1; \
+    const unsigned *ep = run->epoch + 3 * blockIdx.x; \
+    ctx.base = ep[0], ctx.call = ep[1] + 1, ctx.taken = ep[2]; \
     if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
-    if (run->trace && threadIdx.x == 0) { \
-      unsigned sm_; \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_)); \
-      run->trace[(size_t)blockIdx.x * RX_TRACE_WORDS] = (unsigned long long)sm_ << 32; \
-    } \
+    if (run->trace && threadIdx.x == 0) rx_trace_start(run); \
     RxCtx *x = &ctx; \
-    switch (x->rank) {
-#define RX_PROGRAM_RANK(r, ntb) case r: rx_rank_##r(x); break;
-/* The block counts the call (every block of a launch runs every call of its GPU). */
-#define RX_PROGRAM_END default: break; } \
+    x->e = -1; \
+    int ne = rx_program(x); \
+    while (rx_claim(x, ne, run->block_tbi[blockIdx.x])) { \
+      rx_program(x); \
+      rx_unit_done(x, run->block_tbi[blockIdx.x]); \
+    } \
     __syncthreads(); \
-    if (threadIdx.x == 0) run->epoch[2 * blockIdx.x] = x->base + (unsigned)a.nmicro, run->epoch[2 * blockIdx.x + 1] = x->call; }
+    if (threadIdx.x == 0) { \
+      unsigned *ep_ = run->epoch + 3 * blockIdx.x; \
+      ep_[0] = x->base + (unsigned)a.nmicro, ep_[1] = x->call; \
+      if (a.turns) ep_[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
+    } }
 
 #endif

@@ -35,24 +35,35 @@ typedef struct {
   char *slots;               /* receiver's memory: nslots * slot_bytes */
 } RxFifo;
 
-/* What a loaded plan keeps on one GPU, in its memory, from call to call. */
+/* What a loaded plan keeps on one GPU, in its memory, from call to call.
+   Every TB runs on nblk blocks (its channels), and cuts each tile into
+   nslice slices, more than blocks: a slice has its own FIFO and flags, and
+   the blocks take (entry, micro-batch, slice) units in turn, so a faster
+   block takes more of them. A call cuts its tiles into RxArgs.nslice of
+   them; without turns (a call too small for more units than blocks) that
+   is nblk and block k runs slice k of every unit. */
 typedef struct RxRun {
-  int nranks, chunks, nslots, nchan;
-  size_t slot_bytes;
-  RxFifo *fifo;            /* per connection and channel: [conn * nchan + chan] */
-  unsigned *flag;          /* per flag and channel: micro-batches finished since the plan was loaded */
-  const int *block_rank;   /* per block of the launch: its rank, TB and channel */
+  int nranks, chunks, nslots, nslice, nblk; /* nslice: the most a call may use */
+  size_t slot_bytes;       /* of each slice's FIFO */
+  RxFifo *fifo;            /* per connection and slice: [conn * nslice + slice] */
+  unsigned *flag;          /* per flag and slice: micro-batches finished since the plan was loaded */
+  const int *block_rank;   /* per block of the launch: its rank, TB, channel, and the TB's index on this GPU */
   const int *block_tb;
   const int *block_chan;
+  const int *block_tbi;
+  unsigned *claim;         /* per TB of this GPU: units its blocks took since the plan was loaded */
+  unsigned long long *done; /* per TB of this GPU and slice: call << 32 | the units of that slice done in it */
   unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends) */
-  unsigned *epoch;         /* per block of the launch, [2b]: micro-batches of the calls before, [2b+1]: those calls */
+  unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
+                              calls, [3b+2]: units its TB's blocks took in them */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
   unsigned long long *trace; /* RESCCL_TRACE: per block RX_TRACE_WORDS words, the last call's events; or NULL */
 } RxRun;
 
-/* A block's trace: word 0 counts events (its SM above), then 3 words each: what
-   (prim << 32 | m << 8 | kind: 0 a flag wait, 1 a primitive), when it began
-   and when it ended (%globaltimer, ns). */
+/* A block's trace: word 0 counts events (its SM above), then 3 words each:
+   what (prim << 40 | slice << 24 | m << 4 | kind: 0 a flag wait, 1 a
+   primitive, 2 a wait for the slice's previous unit), when it began and
+   when it ended (%globaltimer, ns). */
 #define RX_TRACE_EVENTS 2048
 #define RX_TRACE_WORDS (1 + 3 * RX_TRACE_EVENTS)
 
@@ -67,6 +78,7 @@ typedef struct RxArgs {
   char *buf[RX_MAXRANKS][3];
   size_t count, esize;
   int nranks, nmicro, dtype, op, direct;
+  int nslice, turns;         /* slices of this call's tiles; 1: the blocks take them in turn */
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
 } RxArgs;
 

@@ -293,7 +293,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
 #define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
-#define RX_RANK_TB(r, b) rx_tb_##r##_##b,
+#define RX_RANK_TB(r, b, ne) rx_tb_##r##_##b,
 #define RX_RANK_END(r) 0};
 #define RX_PROGRAM_BEGIN(n) const int rx_nranks = n; const RxRank rx_program[] = {
 #define RX_PROGRAM_RANK(r, ntb) {rx_rank_##r, ntb},

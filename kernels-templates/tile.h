@@ -40,26 +40,32 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
    slot (RESCCL_TILE_BYTES, RESCCL_SLOT_BYTES; the simulator uses them too). */
 #define RX_TILE_BYTES ((size_t)16 << 20)
 #define RX_SLOT_BYTES ((size_t)2 << 20)
+/* Slices of a tile per block by default (RESCCL_SLICES): the blocks of a TB
+   take them in turn, so a slow block holds back no more than a slice. */
+#define RX_SLICES 2
 
 /* Micro-batches of a call of count elements, as the GPU runtime picks them:
    tiles of at most `tile` bytes of a chunk, and at least 2 while each still
    moves tile / 4, so that mid sizes pipeline too, or `fixed` when nonzero.
    Not more: each micro-batch costs every block a handshake of about 5 us,
    and on 2xH200 at 16 MiB four micro-batches of tile / 8 moved 162 GB/s of
-   all-reduce where two moved 213 (BENCHMARKS.md, traced). Then enough
-   that every channel's slice of a tile fits one slot, so that a handshake
-   moves a slice and a FIFO of k slots holds k tiles. A slab holds at most
-   ceil(units / slabs) units of a vector per chunk (plus one slab for a
-   leftover); a tile of maxcnt chunks is that many vectors each, shared by
-   nchan channels. */
-RX_TILE_FN size_t rx_nmicro(size_t count, size_t esize, size_t C, size_t maxcnt, size_t nchan, size_t tile,
+   all-reduce where two moved 213 (BENCHMARKS.md, traced). That is for nblk
+   blocks; cut into nslice slices instead (more than blocks, which they
+   then share), a tile holds nslice / nblk times as many pieces, so there
+   are that many times fewer. Then enough that every slice of a tile fits
+   one slot, so that a handshake moves a slice and a FIFO of k slots holds k
+   tiles. A slab holds at most ceil(units / slabs) units of a vector per
+   chunk (plus one slab for a leftover); a tile of maxcnt chunks is that
+   many vectors each, shared by nslice slices. */
+RX_TILE_FN size_t rx_nmicro(size_t count, size_t esize, size_t C, size_t maxcnt, size_t nslice, size_t nblk, size_t tile,
                             size_t slot, size_t fixed) {
   size_t chunk = (count * esize + C - 1) / C, quarter = tile / 4 ? tile / 4 : 1;
   size_t nm = (chunk + tile - 1) / tile;
   if (nm < 2 && chunk / quarter >= 2) nm = 2;
+  if (nslice > nblk && nblk) nm = (nm * nblk + nslice - 1) / nslice;
   if (fixed) nm = fixed;
   size_t unit = rx_vec(esize) * C, units = count / unit, rest = units * unit < count;
-  size_t cap = slot / 16 * nchan / (maxcnt ? maxcnt : 1);
+  size_t cap = slot / 16 * nslice / (maxcnt ? maxcnt : 1);
   if (cap < 1) cap = 1;
   size_t whole = (units + cap - 1) / cap + rest;
   return nm < whole ? whole : nm;

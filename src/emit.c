@@ -104,8 +104,13 @@ void emit_rank(const Plan *pl, int r, EmitTarget tg, Buf *b) {
     }
     buf_puts(b, algo ? "  }\n}\n" : "}\n");
   }
+  /* With each TB, its number of entries: micro-batch loops. */
   buf_printf(b, "\nRX_RANK_BEGIN(%d)\n", r);
-  for (int t = 0; t < pl->ntb[r]; t++) buf_printf(b, "  RX_RANK_TB(%d, %d)\n", r, t);
+  for (int t = 0; t < pl->ntb[r]; t++) {
+    int g = pl->tb_base[r] + t, ne = 0;
+    for (int k = pl->tb_off[g]; k < pl->tb_off[g + 1]; k++) ne += !pl->p[pl->tb_prims[k]].join;
+    buf_printf(b, "  RX_RANK_TB(%d, %d, %d)\n", r, t, pl->opt.order == EX_ALGO ? 1 : ne);
+  }
   buf_printf(b, "RX_RANK_END(%d)\n", r);
 }
 

@@ -53,7 +53,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   int nchan = g->nchan > 0 ? g->nchan : 1;
   oo.slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16;
   oo.nmicro = (int)rx_nmicro(o->count, dtype_size[o->dtype], (size_t)p->chunks, (size_t)plan_maxcnt(pl),
-                             (size_t)nchan, RX_TILE_BYTES, oo.slot_bytes, (size_t)o->nmicro);
+                             (size_t)nchan, (size_t)nchan, RX_TILE_BYTES, oo.slot_bytes, (size_t)o->nmicro);
   RC_CHECK(exec_check_sizes(pl, &oo, e));
   char why[600];
   void *dl = open_runtime(why, sizeof why);

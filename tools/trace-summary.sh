@@ -1,20 +1,21 @@
 #!/bin/sh
 # Summarise a RESCCL_TRACE file (docs/runtime.md): per GPU, placement, rank,
-# TB, primitive and micro-batch, the mean over channels of when it began and
+# TB, primitive and micro-batch, the mean over slices of when it began and
 # ended (us from the GPU's first event) and the latest end, in order of
-# beginning. Flag waits (kind 0) show as "wait". With `blocks`: one line per
-# block instead (its SM, first begin, last end, time in primitives and in
-# waits, primitives run), slowest last.
+# beginning. Flag waits (kind 0) show as "wait", waits for a slice's previous
+# unit (kind 2) as "slice". With `blocks`: one line per block instead (its
+# SM, first begin, last end, time in primitives and in waits of both kinds,
+# primitives run), slowest last.
 #   tools/trace-summary.sh TRACE [PLACEMENT] [blocks]     PLACEMENT: out (default) or in
 set -u
 if [ "${3:-}" = blocks ]; then
   awk -v want="${2:-out}" '
   $2 == want {
     k = $1 " " $4 " " $5 " " $6
-    if (!(k in b) || $10 < b[k]) b[k] = $10
-    if ($11 > e[k]) e[k] = $11
-    if ($9 == 1) { p[k] += $11 - $10; n[k]++ } else w[k] += $11 - $10
-    sm[k] = $12
+    if (!(k in b) || $11 < b[k]) b[k] = $11
+    if ($12 > e[k]) e[k] = $12
+    if ($10 == 1) { p[k] += $12 - $11; n[k]++ } else w[k] += $12 - $11
+    sm[k] = $13
   }
   END {
     for (k in b) {
@@ -27,15 +28,14 @@ if [ "${3:-}" = blocks ]; then
 fi
 awk -v want="${2:-out}" '
 $2 == want {
-  k = $1 " " $4 " " $5 " " $7 " " $8 " " $9
-  n[k]++; b[k] += $10; e[k] += $11
-  if ($11 > last[k]) last[k] = $11
-  ch[k] = $6 + 1 > ch[k] ? $6 + 1 : ch[k]
+  k = $1 " " $4 " " $5 " " $8 " " $9 " " $10
+  n[k]++; b[k] += $11; e[k] += $12
+  if ($12 > last[k]) last[k] = $12
 }
 END {
   for (k in n) {
     split(k, f, " ")
-    printf "%10.2f %10.2f %10.2f  gpu %s rank %s tb %s %s %s m %s (%d ch)\n", b[k] / n[k] / 1e3, e[k] / n[k] / 1e3,
-      last[k] / 1e3, f[1], f[2], f[3], f[6] == 0 ? "wait" : "prim", f[4], f[5], n[k]
+    printf "%10.2f %10.2f %10.2f  gpu %s rank %s tb %s %s %s m %s (%d)\n", b[k] / n[k] / 1e3, e[k] / n[k] / 1e3,
+      last[k] / 1e3, f[1], f[2], f[3], f[6] == 0 ? "wait" : f[6] == 2 ? "slice" : "prim", f[4], f[5], n[k]
   }
-}' "$1" | sort -n | awk 'BEGIN { print "     begin        end   last end  (us; mean over channels)" } { print }'
+}' "$1" | sort -n | awk 'BEGIN { print "     begin        end   last end  (us; mean over slices)" } { print }'

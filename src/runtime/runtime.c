@@ -132,7 +132,9 @@ enum { MAXDEV = 64 };
 
 /* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
 typedef struct {
-  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags, nchan;
+  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
+  int nblk, nslice;   /* blocks per TB, slices of a tile */
+  size_t slice_slot;  /* bytes of a slot of a slice's FIFO */
   int *ntb, *csrc, *cdst, *flag_rank;
   char *src;
   struct {
@@ -141,7 +143,7 @@ typedef struct {
     RxRun *run;       /* device copy */
     int nblocks;
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
-    int *tab;         /* host copy of the block tables (rank, TB, channel), for the trace */
+    int *tab;         /* host copy of the block tables (rank, TB, channel, TB index), for the trace */
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
@@ -180,6 +182,7 @@ static int env_int(const char *name, int dflt) {
 
 void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
+  c->slices = env_int("RESCCL_SLICES", RX_SLICES);
   c->threads = env_int("RESCCL_THREADS", RT_THREADS);
   c->nslots = env_int("RESCCL_SLOTS", 4);
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
@@ -261,9 +264,10 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 /* ------------------------------------------------------------ plan files */
 
 /* RESCCL_TRACE=FILE: the last call's events of every block, appended as
-   lines `gpu placement block rank tb chan prim m kind begin end sm` (ns from
-   the GPU's first event; kind 0 a flag wait, 1 a primitive's micro-batch;
-   sm the multiprocessor the block ran on). */
+   lines `gpu placement block rank tb chan slice prim m kind begin end sm`
+   (ns from the GPU's first event; kind 0 a flag wait, 1 a primitive's
+   micro-batch, 2 a wait for the slice's previous unit; sm the
+   multiprocessor the block ran on). */
 static void trace_write(Group *g, Variant *v, const char *path) {
   FILE *f = NULL;
   for (int d = 0; v && path && d < g->ndevs; d++) {
@@ -284,9 +288,9 @@ static void trace_write(Group *g, Variant *v, const char *path) {
       const unsigned long long *e = t + (size_t)b * RX_TRACE_WORDS;
       for (unsigned long long k = 0; k < (e[0] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++) {
         unsigned long long w = e[1 + 3 * k];
-        fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu %llu\n", g->dev[d], v->inplace ? "in" : "out", b,
-                v->dev[d].tab[b], v->dev[d].tab[nb + b], v->dev[d].tab[2 * nb + b], w >> 32, (w >> 8) & 0xffffff,
-                w & 0xff, e[2 + 3 * k] - t0, e[3 + 3 * k] - t0, e[0] >> 32);
+        fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu\n", g->dev[d], v->inplace ? "in" : "out", b,
+                v->dev[d].tab[b], v->dev[d].tab[nb + b], v->dev[d].tab[2 * nb + b], (w >> 24) & 0xffff, w >> 40,
+                (w >> 4) & 0xfffff, w & 0xf, e[2 + 3 * k] - t0, e[3 + 3 * k] - t0, e[0] >> 32);
       }
     }
     free(t);
@@ -459,15 +463,19 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     for (int r = 0; r < v->nranks; r++) tbs += g->comms[r].d == d ? v->ntb[r] : 0;
     maxtb = tbs > maxtb ? tbs : maxtb;
   }
-  int K = v->nchan = cf->nchan > 0 ? cf->nchan : (32 / maxtb > 0 ? 32 / maxtb : 1);
-  /* FIFOs: slots, tail and taken with the receiver, head and sent with the sender. */
-  int nf = v->nconn * K;
+  int K = v->nblk = cf->nchan > 0 ? cf->nchan : (32 / maxtb > 0 ? 32 / maxtb : 1);
+  int V = v->nslice = K * (cf->slices ? cf->slices : 1);
+  /* FIFOs: slots, tail and taken with the receiver, head and sent with the
+     sender. Slots as large as a channel's: smaller ones would make more
+     micro-batches (a slice fits a slot), each a handshake. */
+  v->slice_slot = cf->slot_bytes;
+  int nf = v->nconn * V;
   RxFifo *fifo = calloc((size_t)nf + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
   for (int i = 0; i < nf; i++) {
-    struct resccl_comm *dst = &g->comms[v->cdst[i / K]], *src = &g->comms[v->csrc[i / K]];
+    struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * v->slice_slot));
     TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long)));
     TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long)));
     CU(cudaSetDevice(src->cudev));
@@ -495,15 +503,15 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     free(cubin);
     CUDRV(cr);
     CUDRV(drv.function(&v->dev[d].fn, v->dev[d].mod, "rx_kernel"));
-    /* Blocks: every TB of every rank on this GPU, nchan times. */
-    int nb = 0;
+    /* Blocks: every TB of every rank on this GPU, K times. */
+    int nb = 0, ntbs = 0;
     for (int r = 0; r < v->nranks; r++)
-      if (g->comms[r].d == d) nb += v->ntb[r] * K;
-    int *tab = malloc(sizeof(int) * (3 * (size_t)nb + 1)), k = 0;
+      if (g->comms[r].d == d) nb += v->ntb[r] * K, ntbs += v->ntb[r];
+    int *tab = malloc(sizeof(int) * (4 * (size_t)nb + 1)), k = 0, tbi = 0;
     for (int r = 0; r < v->nranks; r++)
       if (g->comms[r].d == d)
-        for (int b = 0; b < v->ntb[r]; b++)
-          for (int c = 0; c < K; c++, k++) tab[k] = r, tab[nb + k] = b, tab[2 * nb + k] = c;
+        for (int b = 0; b < v->ntb[r]; b++, tbi++)
+          for (int c = 0; c < K; c++, k++) tab[k] = r, tab[nb + k] = b, tab[2 * nb + k] = c, tab[3 * nb + k] = tbi;
     int per_sm = 0;
     CUDRV(drv.occupancy(&per_sm, v->dev[d].fn, cf->threads, 0));
     if (nb > per_sm * sms) {
@@ -514,27 +522,30 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     }
     RxRun run;
     memset(&run, 0, sizeof run);
-    run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nchan = K;
-    run.slot_bytes = cf->slot_bytes;
+    run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nslice = V, run.nblk = K;
+    run.slot_bytes = v->slice_slot;
     int *dtab;
     unsigned **dstarted;
-    TRY(dev_alloc(v, &dtab, sizeof(int) * (3 * (size_t)nb + 1)));
+    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + 1)));
     TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * (size_t)v->nranks));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
-    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * K + 1)));
-    TRY(dev_alloc(v, &run.epoch, sizeof(unsigned) * 2 * (size_t)nb));
-    CU(cudaMemcpy(dtab, tab, sizeof(int) * 3 * (size_t)nb, cudaMemcpyHostToDevice));
+    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1)));
+    TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs));
+    TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V));
+    TRY(dev_alloc(v, &run.epoch, sizeof(unsigned) * 3 * (size_t)nb));
+    CU(cudaMemcpy(dtab, tab, sizeof(int) * 4 * (size_t)nb, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
     v->dev[d].trace = run.trace, v->dev[d].tab = tab;
-    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.started = dstarted;
+    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.block_tbi = dtab + 3 * nb;
+    run.started = dstarted;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
     CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
     v->dev[d].nblocks = nb;
-    INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d connections x %d channels", v->inplace ? "in-place" : "out-of-place",
-         g->dev[d], nb, per_sm, v->nconn, K);
+    INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
+         v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
   }
   free(fifo), free(started);
   if (res == resccl_success) {
@@ -567,11 +578,11 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
   /* Queued calls point at the plans they run. */
   if (group.depth > 0) return rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
-  if (conf->nchan < 0 || conf->nchan > 64 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
+  if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
       (conf->direct != 0 && conf->direct != 1))
-    return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_THREADS "
+    return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
   int dev = -1;
@@ -673,7 +684,7 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
   for (RtPlan *p = comm->g->plans; p; p = p->next) {
     if (strcmp(p->coll, coll)) continue;
     Variant *v = p->v[0] ? p->v[0] : p->v[1];
-    if (v->ntb[comm->rank] * v->nchan > *blocks) *blocks = v->ntb[comm->rank] * v->nchan;
+    if (v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
   }
   return *blocks ? resccl_success : rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
 }
@@ -706,6 +717,7 @@ struct Call {
   size_t count, esize;
   int nmicro, dtype, op;
   cudaStream_t stream;
+  int nslice, turns;
 };
 
 static resccl_result_t launch(Call *calls, int n);
@@ -766,10 +778,22 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (v->even && count % (size_t)v->chunks)
     return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
                    coll, count, v->chunks, p->name);
-  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream};
-  /* Micro-batches: tile.h's rule, the one the simulator follows too. */
-  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, (size_t)v->nchan, p->conf.tile_bytes,
-                        p->conf.slot_bytes, (size_t)p->conf.nmicro);
+  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
+  /* Micro-batches: tile.h's rule, the one the simulator follows too. Slices
+     taken in turn where a block gets at least 4 units of each entry per
+     slice it has: then a unit is as large as a block's fixed slice of a
+     micro-batch would be, and the call is long enough for blocks to drift
+     apart. On 2xH200 turns gained 5-10% from 1 GiB and lost 6-7% at 32 MiB
+     (2 micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block. */
+  size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
+  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, v->slice_slot,
+                        (size_t)p->conf.nmicro);
+  c.nslice = (int)K, c.turns = 0;
+  if (V > K && nm >= 4 * (V / K)) {
+    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.tile_bytes, v->slice_slot,
+                   (size_t)p->conf.nmicro);
+    c.nslice = (int)V, c.turns = 1;
+  }
   c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
   if (v->bufchunks[2])
     TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c.stream, &c.buf[2]));
@@ -842,7 +866,7 @@ static resccl_result_t launch(Call *calls, int n) {
     int d = c->comm->d;
     RxArgs a;
     memset(&a, 0, sizeof a);
-    a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.dtype = c->dtype,
+    a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
     a.op = c->op, a.nranks = c->v->nranks;
     int present = 0;
     for (int j = 0; j < n; j++)

@@ -16,9 +16,10 @@
 
 typedef struct {
   int nchan;          /* blocks per TB; 0: about 32 blocks on the busiest GPU */
+  int slices;         /* slices of a tile per block, taken by the TB's blocks in turn; 0: one, fixed */
   int threads;        /* per block */
-  int nslots;         /* FIFO slots per connection and channel */
-  size_t slot_bytes;  /* bytes per slot */
+  int nslots;         /* FIFO slots per connection and slice */
+  size_t slot_bytes;  /* bytes per slot of a channel, shared by its slices */
   size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
   int nmicro;         /* micro-batches per call; 0: from tile_bytes */
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
@@ -26,7 +27,7 @@ typedef struct {
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
-/* RESCCL_NCHANNELS, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
+/* RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
    RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_TRACE. */
 void rt_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
