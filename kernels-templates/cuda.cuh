@@ -544,25 +544,28 @@ __device__ static inline void rx_trace_start(const RxRun *run) {
    nblk, and each block counts that too (RxRun.epoch) to know where this
    call's units start (modulo 2^32 on both sides). Without turns, the
    block's next unit of its own slice. */
+/* The slice's count of units done, on this GPU. */
+__device__ static inline unsigned long long *rx_done(const RxCtx *x, int tbi) {
+  return &x->run->done[(size_t)tbi * (unsigned)x->run->nslice + (unsigned)x->slice];
+}
+
 __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
   const RxRun *run = x->run;
-  unsigned M = (unsigned)x->a->nmicro, V = (unsigned)x->a->nslice, U = (unsigned)ne * M * V;
-  if (!x->a->turns) {
-    unsigned u = x->next++ * V + (unsigned)x->chan;
-    if (u >= U) return 0;
-    x->e = (int)(u / (M * V)), x->m = (int)(u / V % M), x->slice = x->chan;
-    return 1;
+  unsigned M = (unsigned)x->a->nmicro, V = (unsigned)x->a->nslice, U = (unsigned)ne * M * V, u;
+  if (x->a->turns) {
+    __shared__ unsigned s_u;
+    if (threadIdx.x == 0) s_u = atomicAdd(&run->claim[tbi], 1u) - x->taken;
+    __syncthreads();
+    u = s_u;
+    __syncthreads(); /* read before thread 0 takes the next */
+  } else {
+    u = x->next++ * V + (unsigned)x->chan;
   }
-  __shared__ unsigned s_u;
-  if (threadIdx.x == 0) s_u = atomicAdd(&run->claim[tbi], 1u) - x->taken;
-  __syncthreads();
-  unsigned u = s_u;
-  __syncthreads(); /* read before thread 0 takes the next */
   if (u >= U) return 0;
   x->e = (int)(u / (M * V)), x->m = (int)(u / V % M), x->slice = (int)(u % V);
   unsigned step = (unsigned)x->e * M + (unsigned)x->m;
-  if (threadIdx.x == 0 && step) {
-    const unsigned long long *d = &run->done[(size_t)tbi * (unsigned)run->nslice + (unsigned)x->slice];
+  if (x->a->turns && threadIdx.x == 0 && step) {
+    const unsigned long long *d = rx_done(x, tbi);
     unsigned long long want = (unsigned long long)x->call << 32 | step;
     if (rx_ld(d) < want) {
       unsigned spins = 0;
@@ -572,7 +575,7 @@ __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
       if (t0) rx_trace(x, 2, t0);
     }
   }
-  __syncthreads();
+  if (x->a->turns) __syncthreads();
   return 1;
 }
 
@@ -583,8 +586,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
   if (threadIdx.x == 0) {
     unsigned step = (unsigned)x->e * (unsigned)x->a->nmicro + (unsigned)x->m + 1;
     __threadfence();
-    *(volatile unsigned long long *)&x->run->done[(size_t)tbi * x->run->nslice + x->slice] =
-      (unsigned long long)x->call << 32 | step;
+    *(volatile unsigned long long *)rx_done(x, tbi) = (unsigned long long)x->call << 32 | step;
   }
 }
 

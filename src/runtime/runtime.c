@@ -134,7 +134,6 @@ enum { MAXDEV = 64 };
 typedef struct {
   int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
   int nblk, nslice;   /* blocks per TB, slices of a tile */
-  size_t slice_slot;  /* bytes of a slot of a slice's FIFO */
   int *ntb, *csrc, *cdst, *flag_rank;
   char *src;
   struct {
@@ -466,16 +465,15 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   int K = v->nblk = cf->nchan > 0 ? cf->nchan : (32 / maxtb > 0 ? 32 / maxtb : 1);
   int V = v->nslice = K * (cf->slices ? cf->slices : 1);
   /* FIFOs: slots, tail and taken with the receiver, head and sent with the
-     sender. Slots as large as a channel's: smaller ones would make more
-     micro-batches (a slice fits a slot), each a handshake. */
-  v->slice_slot = cf->slot_bytes;
+     sender. Every slice has whole slots: halved ones made more micro-batches
+     (a slice fits a slot), each a handshake. */
   int nf = v->nconn * V;
   RxFifo *fifo = calloc((size_t)nf + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
   for (int i = 0; i < nf; i++) {
     struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * v->slice_slot));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes));
     TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long)));
     TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long)));
     CU(cudaSetDevice(src->cudev));
@@ -523,7 +521,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     RxRun run;
     memset(&run, 0, sizeof run);
     run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nslice = V, run.nblk = K;
-    run.slot_bytes = v->slice_slot;
+    run.slot_bytes = cf->slot_bytes;
     int *dtab;
     unsigned **dstarted;
     TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + 1)));
@@ -786,11 +784,11 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
      apart. On 2xH200 turns gained 5-10% from 1 GiB and lost 6-7% at 32 MiB
      (2 micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block. */
   size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
-  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, v->slice_slot,
+  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
                         (size_t)p->conf.nmicro);
   c.nslice = (int)K, c.turns = 0;
   if (V > K && nm >= 4 * (V / K)) {
-    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.tile_bytes, v->slice_slot,
+    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.tile_bytes, p->conf.slot_bytes,
                    (size_t)p->conf.nmicro);
     c.nslice = (int)V, c.turns = 1;
   }

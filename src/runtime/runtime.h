@@ -19,7 +19,7 @@ typedef struct {
   int slices;         /* slices of a tile per block, taken by the TB's blocks in turn; 0: one, fixed */
   int threads;        /* per block */
   int nslots;         /* FIFO slots per connection and slice */
-  size_t slot_bytes;  /* bytes per slot of a channel, shared by its slices */
+  size_t slot_bytes;  /* bytes per slot */
   size_t tile_bytes;  /* bytes of one chunk a micro-batch moves (sets nmicro per call) */
   int nmicro;         /* micro-batches per call; 0: from tile_bytes */
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
