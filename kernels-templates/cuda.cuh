@@ -465,10 +465,11 @@ __device__ static inline void rx_started(RxCtx *x) {
 ** plain send or copy-send through the FIFO.
 */
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
-                                           int didx, int cnt, int m) {
+                                           int didx, int cnt, int last, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
-  size_t lo, wlo, dlo, n, per = x->run->slot_bytes / x->a->esize;
+  size_t lo, wlo, dlo, n;
   rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n); /* n: the size of what lands */
+  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last && m == x->a->nmicro - 1);
   __shared__ unsigned long long s_seq;
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
@@ -496,10 +497,11 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
 /* The receiving end of a put: wait for each piece and count it drained;
    reduce it in place with (ubuf, uidx) when ubuf >= 0 (every op commutes). */
 __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt,
-                                                int done, int m) {
+                                                int done, int last, int m) {
   if (!x->a->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
-  size_t lo, ulo, n, unused, per = x->run->slot_bytes / x->a->esize;
+  size_t lo, ulo, n, unused;
   rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, widx, -1, &ulo, &lo, &unused, &n); /* n: the size of what lands */
+  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last && m == x->a->nmicro - 1);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;
@@ -607,10 +609,10 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) RX_TRACED(rx_send(x, c, b, i, -1, 0, n, m))
 #define RX_RECV(c, b, i, n) RX_TRACED(rx_recv(x, c, -1, -1, 0, b, i, n, 0, m))
-#define RX_PUT(c, p, b, i, db, di, n) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, m))
-#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) RX_TRACED(rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m))
-#define RX_RECV_PUT(c, b, i, n) RX_TRACED(rx_recv_put(x, c, -1, 0, b, i, n, 0, m))
-#define RX_RRC_PUT(c, ub, ui, b, i, n, d) RX_TRACED(rx_recv_put(x, c, ub, ui, b, i, n, d, m))
+#define RX_PUT(c, p, b, i, db, di, n, l) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m))
+#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n, l) RX_TRACED(rx_put(x, c, p, rb, ri, wb, wi, db, di, n, l, m))
+#define RX_RECV_PUT(c, b, i, n) RX_TRACED(rx_recv_put(x, c, -1, 0, b, i, n, 0, 0, m))
+#define RX_RRC_PUT(c, ub, ui, b, i, n, d, l) RX_TRACED(rx_recv_put(x, c, ub, ui, b, i, n, d, l, m))
 #define RX_RRC(c, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, c, -1, ub, ui, b, i, n, d, m))
 #define RX_RCS(ci, co, b, i, n) RX_TRACED(rx_recv(x, ci, co, -1, 0, b, i, n, 0, m))
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, b, i, n, d, m))

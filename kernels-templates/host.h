@@ -218,16 +218,19 @@ static inline int rx_recv(RxCtx *x, int cin, int cout, int ubuf, int uidx, int w
 ** Direct: write the tile straight into the receiver's (peer's) buffer at
 ** (dbuf, didx) and count it on the connection. A plain send puts what it
 ** reads; a copy-send (fwd) keeps a copy at (wbuf, widx) too. The receiver's
-** RX_RECV_PUT only waits for it, RX_RRC_PUT then reduces it where it landed.
+** RX_RECV_PUT only waits for it, RX_RRC_PUT then reduces it where it landed
+** (`last`, where no other TB waits for that reduction: the put of the last
+** micro-batch then lands in pieces, tile.h's rx_piece).
 ** Without `direct` (the runtime's RESCCL_DIRECT=0) they use the FIFOs.
 */
 static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf, int didx,
-                              int cnt, int m) {
+                              int cnt, int last, int m) {
   if (!x->run->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
-  size_t lo, wlo = 0, dlo, n, per = x->run->slot_bytes / x->run->esize, es = x->run->esize;
+  size_t lo, wlo = 0, dlo, n, es = x->run->esize;
   if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
   rx_tile(x->run, idx, cnt, m, &lo, &n);
   rx_tile(x->run, didx, cnt, m, &dlo, &n); /* the size of what lands */
+  size_t per = rx_piece(n, es, x->run->slot_bytes, last && m == x->run->nmicro - 1);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     const char *s = rx_at(x, buf, lo + k);
@@ -240,11 +243,13 @@ static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbu
 
 /* The receiving end of a put: wait for each piece; reduce it in place with
    (ubuf, uidx) when ubuf >= 0 (every op is commutative). */
-static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt, int done, int m) {
+static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, int widx, int cnt, int done, int last,
+                              int m) {
   if (!x->run->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
-  size_t lo, ulo = 0, n, per = x->run->slot_bytes / x->run->esize;
+  size_t lo, ulo = 0, n;
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   rx_tile(x->run, widx, cnt, m, &lo, &n); /* the size of what lands */
+  size_t per = rx_piece(n, x->run->esize, x->run->slot_bytes, last && m == x->run->nmicro - 1);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     if (!rx_slot_in(x, cin)) return 1;
@@ -279,11 +284,11 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, -1, 0, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
-#define RX_PUT(c, p, b, i, db, di, n) do { if (rx_put(x, c, p, b, i, -1, 0, db, di, n, m)) return; } while (0)
-#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n) \
-  do { if (rx_put(x, c, p, rb, ri, wb, wi, db, di, n, m)) return; } while (0)
-#define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, -1, 0, b, i, n, 0, m)) return; } while (0)
-#define RX_RRC_PUT(c, ub, ui, b, i, n, d) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, m)) return; } while (0)
+#define RX_PUT(c, p, b, i, db, di, n, l) do { if (rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m)) return; } while (0)
+#define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n, l) \
+  do { if (rx_put(x, c, p, rb, ri, wb, wi, db, di, n, l, m)) return; } while (0)
+#define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, -1, 0, b, i, n, 0, 0, m)) return; } while (0)
+#define RX_RRC_PUT(c, ub, ui, b, i, n, d, l) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, l, m)) return; } while (0)
 #define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)

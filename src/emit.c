@@ -58,17 +58,23 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
   const Prim *rp = p->direct && p->tout >= 0 ? &pl->p[pl->task_recv[p->tout]] : NULL; /* where a put lands */
+  /* A put taken in by a reduction that no other TB waits for ends its
+     chain: its last micro-batch lands in pieces (tile.h rx_piece). */
+  int last = rp && rp->kind == PR_RRC && rp->flag < 0;
   switch (p->kind) {
   case PR_SEND:
     if (rp) {
-      call(b, "RX_PUT", "iibibii", p->cout, rp->rank, p->rbuf, p->ridx, rp->wbuf, rp->widx, p->cnt);
+      call(b, "RX_PUT", "iibibiii", p->cout, rp->rank, p->rbuf, p->ridx, rp->wbuf, rp->widx, p->cnt, last);
     } else {
       call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt);
     }
     break;
   case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
   case PR_RRC:
-    call(b, p->direct ? "RX_RRC_PUT" : "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    if (p->direct)
+      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done, p->flag < 0);
+    else
+      call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
     break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
   case PR_RRCS:
@@ -77,7 +83,8 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
   case PR_CS:
     if (rp) {
-      call(b, "RX_CS_PUT", "iibibibii", p->cout, rp->rank, p->rbuf, p->ridx, p->wbuf, p->widx, rp->wbuf, rp->widx, p->cnt);
+      call(b, "RX_CS_PUT", "iibibibiii", p->cout, rp->rank, p->rbuf, p->ridx, p->wbuf, p->widx, rp->wbuf, rp->widx, p->cnt,
+           last);
     } else {
       call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);
     }

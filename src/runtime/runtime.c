@@ -782,13 +782,16 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
      slice it has: then a unit is as large as a block's fixed slice of a
      micro-batch would be, and the call is long enough for blocks to drift
      apart. On 2xH200 turns gained 5-10% from 1 GiB and lost 6-7% at 32 MiB
-     (2 micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block. */
+     (2 micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block.
+     With turns a unit fills a slot (a tile of a slot per slice of each
+     block): every unit costs a claim, a wait and fences, and 2 MiB units
+     moved 5-10% more than 1 MiB from 512 MiB. */
   size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
   size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
                         (size_t)p->conf.nmicro);
   c.nslice = (int)K, c.turns = 0;
   if (V > K && nm >= 4 * (V / K)) {
-    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.tile_bytes, p->conf.slot_bytes,
+    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.slot_bytes * K, p->conf.slot_bytes,
                    (size_t)p->conf.nmicro);
     c.nslice = (int)V, c.turns = 1;
   }
