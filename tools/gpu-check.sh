@@ -29,7 +29,7 @@ export RESCCL_CACHE="$out/cache" # every kernel built by NVRTC in this run
 if [ "${CHECKS:-1}" = 1 ]; then
   (cd build-gpu && ctest -L gpu --output-on-failure) >"$out/ctest-gpu.txt" 2>&1 || fail=1
   RANKS=4 tests/runtime.sh "$bin" build-gpu/tests/test_runtime run >"$out/runtime-r4.txt" 2>&1 || fail=1
-  printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(tail -1 "$out/ctest-gpu.txt" | cut -c1-60)"
+  printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(grep -E 'tests passed|tests failed' "$out/ctest-gpu.txt" | tail -1 | cut -c1-60)"
   printf '%-44s %s\n' "C API, 4 ranks on $ngpu GPUs" "$(tail -1 "$out/runtime-r4.txt")"
 fi
 # Checks are queued, then run: those on virtual ranks (ndev=1) in LANES
