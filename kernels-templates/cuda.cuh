@@ -612,7 +612,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_PUT(c, p, b, i, db, di, n, l) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m))
 #define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n, l) RX_TRACED(rx_put(x, c, p, rb, ri, wb, wi, db, di, n, l, m))
 #define RX_RECV_PUT(c, b, i, n) RX_TRACED(rx_recv_put(x, c, -1, 0, b, i, n, 0, 0, m))
-#define RX_RRC_PUT(c, ub, ui, b, i, n, d, l) RX_TRACED(rx_recv_put(x, c, ub, ui, b, i, n, d, l, m))
+#define RX_RRC_PUT(c, ub, ui, b, i, n, l, d) RX_TRACED(rx_recv_put(x, c, ub, ui, b, i, n, d, l, m))
 #define RX_RRC(c, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, c, -1, ub, ui, b, i, n, d, m))
 #define RX_RCS(ci, co, b, i, n) RX_TRACED(rx_recv(x, ci, co, -1, 0, b, i, n, 0, m))
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, b, i, n, d, m))

@@ -288,7 +288,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_CS_PUT(c, p, rb, ri, wb, wi, db, di, n, l) \
   do { if (rx_put(x, c, p, rb, ri, wb, wi, db, di, n, l, m)) return; } while (0)
 #define RX_RECV_PUT(c, b, i, n) do { if (rx_recv_put(x, c, -1, 0, b, i, n, 0, 0, m)) return; } while (0)
-#define RX_RRC_PUT(c, ub, ui, b, i, n, d, l) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, l, m)) return; } while (0)
+#define RX_RRC_PUT(c, ub, ui, b, i, n, l, d) do { if (rx_recv_put(x, c, ub, ui, b, i, n, d, l, m)) return; } while (0)
 #define RX_RRC(c, ub, ui, b, i, n, d) do { if (rx_recv(x, c, -1, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RCS(ci, co, b, i, n) do { if (rx_recv(x, ci, co, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)

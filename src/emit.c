@@ -72,7 +72,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
   case PR_RRC:
     if (p->direct)
-      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done, p->flag < 0);
+      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, p->flag < 0, done);
     else
       call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
     break;

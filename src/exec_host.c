@@ -230,6 +230,14 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
     stuck_report(pl, w, nw, e);
     rc = RC_ETIMEOUT;
   }
+  /* Both ends of a connection cut its tiles alike (slots, a put's pieces):
+     at the end every piece sent was taken. */
+  for (int c = 0; rc == RC_OK && c < pl->nconn; c++) {
+    uint32_t sent = atomic_load(&run.fifo[c].tail.v), taken = atomic_load(&run.fifo[c].head.v);
+    if (sent != taken)
+      rc = err_set(e, RC_EEXEC, "connection %d: %u pieces sent, %u taken (its two ends cut tiles differently)", c,
+                   sent, taken);
+  }
 
   if (rc == RC_OK) data_check(pl, o, run.buf, res);
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);

@@ -194,6 +194,25 @@ describe("direct sends", function()
   end)
 end)
 
+describe("puts in pieces", function()
+  it("cut where the reduction that takes a put in ends its chain, alike at both ends", function()
+    local resccl = require "resccl"
+    for name, pieces in pairs { allreduce_allpairs = true, reducescatter_ring = true, allreduce_ring = false } do
+      local plan = assert(resccl.compile(resccl.load("algorithms/" .. name .. ".lua"):program { ranks = 2 }))
+      local code = plan:emit "host"
+      -- a put's last argument says so, and the one before `done` of the reduction it lands in
+      assert.equal(pieces, code:match("RX_PUT%([^;]*, 1%);") ~= nil)
+      assert.equal(pieces, code:match("RX_RRC_PUT%([^;]*, 1, %d%);") ~= nil)
+      -- two micro-batches of 150004 f32 or 300008 f16 per tile: the first a slot, the last four pieces,
+      -- the last one shorter; the run fails if the two ends count pieces differently
+      for _, dtype in ipairs { "f32", "f16" } do
+        local count = dtype == "f32" and 300008 or 600016
+        assert.equal(0, assert(plan:exec { count = count, nmicro = 2, slot_bytes = 1 << 20, dtype = dtype, direct = true }).wrong)
+      end
+    end
+  end)
+end)
+
 describe("avg", function()
   it("divides in the one reduction that completes each value", function()
     local resccl = require "resccl"
