@@ -461,15 +461,18 @@ __device__ static inline void rx_started(RxCtx *x) {
 ** and count it on the connection, once the receiver's kernel runs this call
 ** (its buffer is then free: nothing in the program touched it before). A
 ** plain send puts what it reads; a copy-send keeps a copy at (wbuf, widx)
-** too. Without every rank's buffers (ranks not called together) it is a
-** plain send or copy-send through the FIFO.
+** too. A put whose reduction no other TB waits for (`last`) lands in
+** pieces in the call's last micro-batch (tile.h's rx_piece), and its
+** receiver cuts alike. Without every rank's buffers (ranks not called
+** together) it is a plain send or copy-send through the FIFO.
 */
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int last, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
   size_t lo, wlo, dlo, n;
   rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n); /* n: the size of what lands */
-  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last && m == x->a->nmicro - 1);
+  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last, x->a->count, (size_t)x->run->chunks, (size_t)m,
+                        (size_t)x->a->nmicro);
   __shared__ unsigned long long s_seq;
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
@@ -501,7 +504,8 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
   if (!x->a->direct) return rx_recv(x, cin, -1, ubuf, uidx, wbuf, widx, cnt, done, m);
   size_t lo, ulo, n, unused;
   rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, widx, -1, &ulo, &lo, &unused, &n); /* n: the size of what lands */
-  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last && m == x->a->nmicro - 1);
+  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last, x->a->count, (size_t)x->run->chunks, (size_t)m,
+                        (size_t)x->a->nmicro);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     unsigned long long seq;

@@ -230,7 +230,8 @@ static inline int rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbu
   if (wbuf >= 0) rx_tile(x->run, widx, cnt, m, &wlo, &n);
   rx_tile(x->run, idx, cnt, m, &lo, &n);
   rx_tile(x->run, didx, cnt, m, &dlo, &n); /* the size of what lands */
-  size_t per = rx_piece(n, es, x->run->slot_bytes, last && m == x->run->nmicro - 1);
+  size_t per = rx_piece(n, es, x->run->slot_bytes, last, x->run->count, (size_t)x->run->chunks, (size_t)m,
+                        (size_t)x->run->nmicro);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     const char *s = rx_at(x, buf, lo + k);
@@ -249,7 +250,8 @@ static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, i
   size_t lo, ulo = 0, n;
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   rx_tile(x->run, widx, cnt, m, &lo, &n); /* the size of what lands */
-  size_t per = rx_piece(n, x->run->esize, x->run->slot_bytes, last && m == x->run->nmicro - 1);
+  size_t per = rx_piece(n, x->run->esize, x->run->slot_bytes, last, x->run->count, (size_t)x->run->chunks,
+                        (size_t)m, (size_t)x->run->nmicro);
   for (size_t k = 0; k < n; k += per) {
     size_t w = n - k < per ? n - k : per;
     if (!rx_slot_in(x, cin)) return 1;

@@ -44,27 +44,32 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
    take them in turn, so a slow block holds back no more than a slice. */
 #define RX_SLICES 2
 
-/* Elements per piece of a put of n elements (slot: a FIFO slot's bytes).
-   A put is published piece by piece. Where the receiver reduces what lands
-   and no other TB waits for that reduction (`last`: it ends its chain), the
-   put of the call's last micro-batch goes in RX_PIECES pieces, none under
-   RX_PIECE_MIN bytes, so that the receiver reduces one while the next is in
-   flight and the call ends sooner after its data lands: on 2xH200 the
-   one-shot all-reduce gained 4-13% at 4-8 MiB. Every publish waits for the
-   block's stores to reach the peer (a system fence), so other puts go a
-   slot at a time: where a put's reduction is sent on (the ring), its
-   sender has the next hop's puts to make and pieces only cost (ring
-   all-reduce 4-10% at 16-32 MiB). Both ends cut alike; pieces hold whole
-   vectors. */
+/* Elements per piece of a put of n elements in micro-batch m of M, for
+   blocks of N elements in C chunks (slot: a FIFO slot's bytes). A put is
+   published piece by piece, a slot's worth at most. Where the receiver
+   reduces what lands and no other TB waits for that reduction (`last`), the
+   put of the call's last micro-batch (and of the one before a leftover
+   slab) goes in up to RX_PIECES pieces of whole vectors, none under
+   RX_PIECE_MIN bytes but the last, so that the receiver reduces one while
+   the next is in flight and the call ends sooner after its data lands: on
+   2xH200 the one-shot all-reduce gained 4-13% at 4-8 MiB. Every publish
+   waits for the block's stores to reach the peer (a system fence), so
+   other puts go a slot at a time: where a reduction is sent on (the ring),
+   its sender has the next hop's puts to make and pieces only cost (ring
+   all-reduce 4-10% at 16-32 MiB). Both ends cut alike. */
 #ifndef RX_PIECES
 #define RX_PIECES 4
 #endif
 #ifndef RX_PIECE_MIN
-#define RX_PIECE_MIN ((size_t)64 << 10)
+#define RX_PIECE_MIN (64 << 10)
 #endif
-RX_TILE_FN size_t rx_piece(size_t n, size_t esize, size_t slot, int last) {
-  size_t v = rx_vec(esize), per = slot / esize, p = (n / RX_PIECES + v - 1) / v * v, min = RX_PIECE_MIN / esize;
-  if (!last) return per;
+#if RX_PIECES < 1 || RX_PIECE_MIN < 16 || RX_PIECE_MIN % 16
+#error "RX_PIECES must be at least 1 and RX_PIECE_MIN a positive multiple of 16 bytes"
+#endif
+RX_TILE_FN size_t rx_piece(size_t n, size_t esize, size_t slot, int last, size_t N, size_t C, size_t m, size_t M) {
+  size_t v = rx_vec(esize), per = slot / esize;
+  if (!last || m + 2 < M || (m + 2 == M && N % (v * C) == 0)) return per;
+  size_t p = (n + RX_PIECES * v - 1) / (RX_PIECES * v) * v, min = (size_t)RX_PIECE_MIN / esize;
   p = p < min ? min : p;
   return p < per ? p : per;
 }

@@ -32,6 +32,11 @@ static void call(Buf *b, const char *name, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* A put lands in pieces in a call's last micro-batch where its receive (r)
+   reduces it and no other TB waits for that reduction (tile.h rx_piece);
+   both ends are emitted from this. */
+static int in_pieces(const Prim *r) { return r->kind == PR_RRC && r->flag < 0; }
+
 /* One pipeline entry. Task-level, each primitive has its own micro-batch loop,
    except that merged TBs run a group of them in one: `open` starts a loop
    before it, `close` ends one after it, `group` says the loop holds others. */
@@ -58,9 +63,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
   const Prim *rp = p->direct && p->tout >= 0 ? &pl->p[pl->task_recv[p->tout]] : NULL; /* where a put lands */
-  /* A put taken in by a reduction that no other TB waits for ends its
-     chain: its last micro-batch lands in pieces (tile.h rx_piece). */
-  int last = rp && rp->kind == PR_RRC && rp->flag < 0;
+  int last = rp && in_pieces(rp);
   switch (p->kind) {
   case PR_SEND:
     if (rp) {
@@ -72,7 +75,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
   case PR_RRC:
     if (p->direct)
-      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, p->flag < 0, done);
+      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, in_pieces(p), done);
     else
       call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
     break;

@@ -778,14 +778,13 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
                    coll, count, v->chunks, p->name);
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
   /* Micro-batches: tile.h's rule, the one the simulator follows too. Slices
-     taken in turn where a block gets at least 4 units of each entry per
-     slice it has: then a unit is as large as a block's fixed slice of a
-     micro-batch would be, and the call is long enough for blocks to drift
-     apart. On 2xH200 turns gained 5-10% from 1 GiB and lost 6-7% at 32 MiB
-     (2 micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block.
-     With turns a unit fills a slot (a tile of a slot per slice of each
-     block): every unit costs a claim, a wait and fences, and 2 MiB units
-     moved 5-10% more than 1 MiB from 512 MiB. */
+     taken in turn where the call is long enough for blocks to drift apart:
+     at the tile's micro-batches a block would get at least 4 units of each
+     entry per slice it has. On 2xH200 turns gained 5-10% from 1 GiB and
+     lost 6-7% at 32 MiB (2 micro-batches; BENCHMARKS.md). Smaller calls
+     keep one slice per block. With turns a unit fills a slot (a tile of a
+     slot per slice of each block): every unit costs a claim, a wait and
+     fences, and 2 MiB units moved 5-10% more than 1 MiB from 512 MiB. */
   size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
   size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
                         (size_t)p->conf.nmicro);
