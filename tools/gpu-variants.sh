@@ -1,7 +1,8 @@
 #!/bin/sh
 # On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time
 # variants of the runtime's settings side by side with `resccl bench` (every
-# size checked), out-of-place busbw GB/s, NCCL from the same run last. A
+# size checked), out-of-place busbw GB/s (COL=in: in place), NCCL's
+# out-of-place busbw from the same run last. A
 # variant is NAME|VAR=value,VAR=value[|bench arguments, comma-separated]
 # (RESCCL_* knobs, docs/runtime.md; arguments such as --tb,merge).
 #   VARIANTS='base| ch16|RESCCL_NCHANNELS=16 merge||--tb,merge' \
@@ -13,6 +14,8 @@ cd "$(dirname "$0")/.."
 bin=build-gpu/resccl
 . tools/lua-env.sh
 variants=${VARIANTS:-'base|'}
+col=7
+[ "${COL:-out}" = in ] && col=11
 for a in ${ALGS:-allreduce_ring allgather_ring reducescatter_ring}; do
   first=1
   for v in $variants; do
@@ -33,7 +36,7 @@ for a in ${ALGS:-allreduce_ring allgather_ring reducescatter_ring}; do
     for v in $variants; do
       line=$(grep -E '^ +[0-9]' "$out/$a-${v%%|*}-$s.txt" | head -1)
       bytes=$(echo "$line" | awk '{ print $1 }')
-      row="$row $(printf ' %10s' "$(echo "$line" | awk '{ print $7 }')")"
+      row="$row $(printf ' %10s' "$(echo "$line" | awk -v c="$col" '{ print $c }')")"
     done
     nccl=$(grep -E '^ +[0-9]' "$out/$a-${variants%%|*}-$s.txt" | head -1 | awk '{ print $13 }')
     printf '%-20s %12s%s %10s\n' "" "${bytes:--}" "$row" "${nccl:--}"
