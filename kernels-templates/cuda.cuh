@@ -543,6 +543,11 @@ __device__ static inline void rx_trace_start(const RxRun *run) {
   run->trace[(size_t)blockIdx.x * RX_TRACE_WORDS] = (unsigned long long)sm << 32;
 }
 
+/* The slice's count of units done, on this GPU. */
+__device__ static inline unsigned long long *rx_done(const RxCtx *x, int tbi) {
+  return &x->run->done[(size_t)tbi * (unsigned)x->run->nslice + (unsigned)x->slice];
+}
+
 /* The block takes its TB's next unit (of ne entries x nmicro x nslice) and
    waits until the unit before it in its slice is done; 0 when none is left.
    Counted without a reset: every block of the TB takes units until one is
@@ -550,11 +555,6 @@ __device__ static inline void rx_trace_start(const RxRun *run) {
    nblk, and each block counts that too (RxRun.epoch) to know where this
    call's units start (modulo 2^32 on both sides). Without turns, the
    block's next unit of its own slice. */
-/* The slice's count of units done, on this GPU. */
-__device__ static inline unsigned long long *rx_done(const RxCtx *x, int tbi) {
-  return &x->run->done[(size_t)tbi * (unsigned)x->run->nslice + (unsigned)x->slice];
-}
-
 __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
   const RxRun *run = x->run;
   unsigned M = (unsigned)x->a->nmicro, V = (unsigned)x->a->nslice, U = (unsigned)ne * M * V, u;
@@ -637,22 +637,22 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
   extern "C" __global__ void __launch_bounds__(RX_THREADS) rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
     RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x]}; \
-    const unsigned *ep = run->epoch + 3 * blockIdx.x; \
+    unsigned *ep = run->epoch + 3 * blockIdx.x; \
+    const int tbi = run->block_tbi[blockIdx.x]; \
     ctx.base = ep[0], ctx.call = ep[1] + 1, ctx.taken = ep[2]; \
     if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
     if (run->trace && threadIdx.x == 0) rx_trace_start(run); \
     RxCtx *x = &ctx; \
     x->e = -1; \
     int ne = rx_program(x); \
-    while (rx_claim(x, ne, run->block_tbi[blockIdx.x])) { \
+    while (rx_claim(x, ne, tbi)) { \
       rx_program(x); \
-      rx_unit_done(x, run->block_tbi[blockIdx.x]); \
+      rx_unit_done(x, tbi); \
     } \
     __syncthreads(); \
     if (threadIdx.x == 0) { \
-      unsigned *ep_ = run->epoch + 3 * blockIdx.x; \
-      ep_[0] = x->base + (unsigned)a.nmicro, ep_[1] = x->call; \
-      if (a.turns) ep_[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
+      ep[0] = x->base + (unsigned)a.nmicro, ep[1] = x->call; \
+      if (a.turns) ep[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
     } }
 
 #endif

@@ -349,6 +349,8 @@ int plan_maxcnt(const Plan *pl);
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 
 rcStatus lower_run(Plan *pl, Err *e);
+/* (Re)build the per-rank lists of primitives (rank_off, rank_prims) in pl->p's order. */
+void plan_rank_lists(Plan *pl);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
 /* The position after primitive k of TB b's program in micro-batch m, run in
    `order`: the next primitive of its loop, the loop's first in the next

@@ -238,6 +238,19 @@ static int wait_cmp(const void *x, const void *y) {
   return a->prim != b->prim ? a->prim - b->prim : a->on - b->on;
 }
 
+void plan_rank_lists(Plan *pl) {
+  int R = pl->prog->nranks;
+  pl->rank_off = xrealloc(pl->rank_off, ((size_t)R + 1) * sizeof(int));
+  pl->rank_prims = xrealloc(pl->rank_prims, ((size_t)pl->np + 1) * sizeof(int));
+  memset(pl->rank_off, 0, ((size_t)R + 1) * sizeof(int));
+  for (int i = 0; i < pl->np; i++) pl->rank_off[pl->p[i].rank + 1]++;
+  for (int r = 0; r < R; r++) pl->rank_off[r + 1] += pl->rank_off[r];
+  int *fill = xmalloc(((size_t)R + 1) * sizeof *fill);
+  memcpy(fill, pl->rank_off, ((size_t)R + 1) * sizeof *fill);
+  for (int i = 0; i < pl->np; i++) pl->rank_prims[fill[pl->p[i].rank]++] = i;
+  free(fill);
+}
+
 rcStatus lower_run(Plan *pl, Err *e) {
   (void)e;
   const Dag *d = &pl->dag;
@@ -329,15 +342,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
   pl->np = m;
   free(renum), free(gone), free(fused), free(up);
 
-  /* Per-rank lists; pl->p is already in pipeline order. */
-  pl->rank_off = xcalloc((size_t)R + 1, sizeof(int));
-  pl->rank_prims = xmalloc(((size_t)pl->np + 1) * sizeof(int));
-  for (int i = 0; i < pl->np; i++) pl->rank_off[pl->p[i].rank + 1]++;
-  for (int r = 0; r < R; r++) pl->rank_off[r + 1] += pl->rank_off[r];
-  int *fill = xmalloc(((size_t)R + 1) * sizeof *fill);
-  memcpy(fill, pl->rank_off, ((size_t)R + 1) * sizeof *fill);
-  for (int i = 0; i < pl->np; i++) pl->rank_prims[fill[pl->p[i].rank]++] = i;
-  free(fill);
+  plan_rank_lists(pl); /* pl->p is already in pipeline order */
 
   /* Waits from DAG edges, on the rank whose memory the hazard is about. */
   Wait *w = NULL;

@@ -513,13 +513,8 @@ static void lend(Plan *pl) {
   free(left);
   if (!lent) return free(key), free(gone);
   /* Rank lists (lent copies are appended) and TB numbers without the empty TBs. */
-  int *fill = xmalloc(((size_t)R + 1) * sizeof *fill), *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);
-  pl->rank_prims = xrealloc(pl->rank_prims, ((size_t)pl->np + 1) * sizeof(int));
-  memset(pl->rank_off, 0, ((size_t)R + 1) * sizeof(int));
-  for (int i = 0; i < pl->np; i++) pl->rank_off[pl->p[i].rank + 1]++;
-  for (int r = 0; r < R; r++) pl->rank_off[r + 1] += pl->rank_off[r];
-  memcpy(fill, pl->rank_off, ((size_t)R + 1) * sizeof *fill);
-  for (int i = 0; i < pl->np; i++) pl->rank_prims[fill[pl->p[i].rank]++] = i;
+  int *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);
+  plan_rank_lists(pl);
   for (int r = 0; r < R; r++) {
     int n = 0;
     for (int b = 0; b < pl->ntb[r]; b++) renum[b] = gone[pl->tb_base[r] + b] ? -1 : n++;
@@ -529,7 +524,7 @@ static void lend(Plan *pl) {
   for (int r = 1; r < R; r++) pl->tb_base[r] = pl->tb_base[r - 1] + pl->ntb[r - 1];
   pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
   tb_programs(pl, key);
-  free(fill), free(renum), free(key), free(gone);
+  free(renum), free(key), free(gone);
 }
 
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {

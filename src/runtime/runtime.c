@@ -192,7 +192,8 @@ void rt_conf_env(RtConf *c) {
   c->direct = env_int("RESCCL_DIRECT", 1);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
-  c->trace = getenv("RESCCL_TRACE") && *getenv("RESCCL_TRACE") ? getenv("RESCCL_TRACE") : NULL;
+  c->trace = getenv("RESCCL_TRACE");
+  if (c->trace && !*c->trace) c->trace = NULL;
 }
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
@@ -279,10 +280,12 @@ static void trace_write(Group *g, Variant *v, const char *path) {
       free(t);
       continue;
     }
-    unsigned long long t0 = ~0ull;
-    for (int b = 0; b < nb; b++)
-      for (unsigned long long k = 0; k < (t[(size_t)b * RX_TRACE_WORDS] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++)
-        if (t[(size_t)b * RX_TRACE_WORDS + 2 + 3 * k] < t0) t0 = t[(size_t)b * RX_TRACE_WORDS + 2 + 3 * k];
+    unsigned long long t0 = ~0ull; /* the first event's begin */
+    for (int b = 0; b < nb; b++) {
+      const unsigned long long *e = t + (size_t)b * RX_TRACE_WORDS;
+      for (unsigned long long k = 0; k < (e[0] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++)
+        t0 = e[2 + 3 * k] < t0 ? e[2 + 3 * k] : t0;
+    }
     for (int b = 0; b < nb; b++) {
       const unsigned long long *e = t + (size_t)b * RX_TRACE_WORDS;
       for (unsigned long long k = 0; k < (e[0] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++) {
