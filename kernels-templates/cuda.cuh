@@ -97,6 +97,24 @@ __device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
   return 0;
 }
 
+/* One thread: the copy-engine barrier (cuda_abi.h's RxSync). Stream order
+   put everything before it on this GPU done; the fence publishes that
+   before the count does. Past the timeout it raises the stop flag. */
+extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
+  volatile unsigned *mine = s.word[s.me];
+  unsigned c = *mine + 1, spins = 0;
+  unsigned long long t0 = rx_clock_ns();
+  __threadfence_system();
+  *mine = c;
+  for (int d = 0; d < s.ndev; d++)
+    while (d != s.me && (int)(*(volatile unsigned *)s.word[d] - c) < 0)
+      if (++spins % 1024 == 0 && (*s.stop || (s.timeout_ns && rx_clock_ns() - t0 > s.timeout_ns))) {
+        *s.stop = 1;
+        __threadfence_system();
+        return;
+      }
+}
+
 /* Element range of chunks [idx, idx+cnt) in micro-batch m (tile.h), then
    the unit's slice of it, on whole vectors too. */
 __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {

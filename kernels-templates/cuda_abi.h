@@ -82,4 +82,18 @@ typedef struct RxArgs {
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
 } RxArgs;
 
+/* The barrier around a call's copy-engine copies (runtime.c's ce_copies):
+   every GPU of the call runs rx_ce_sync before its copies and after them.
+   Each GPU counts the barriers it reached in a word of its own memory and
+   passes when every other GPU's word has come as far: counted on the GPU,
+   so a captured CUDA graph replays right, whichever capture each GPU's
+   stream is in. */
+#define RX_MAXDEVS 64
+typedef struct RxSync {
+  unsigned *word[RX_MAXDEVS]; /* per GPU of the plan, in its memory */
+  int me, ndev;
+  volatile int *stop;         /* RxRun.stop */
+  unsigned long long timeout_ns;
+} RxSync;
+
 #endif

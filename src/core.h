@@ -294,8 +294,18 @@ typedef struct {
   int fuse;          /* FUSE_NEVER; FUSE_AUTO: at task level only fusions that serialise
                         nothing (lower.c), and none that deadlock; FUSE_ALWAYS */
   ExecOrder order;   /* how each TB loops over micro-batches */
+  int ce;            /* 1: copies that wait for nothing and that nothing waits for go to the copy engine
+                        (tballoc.c's offload) */
   Stage stop_after;  /* last stage to run */
 } Options;
+
+/* A copy the copy engine makes instead of a TB (tballoc.c's offload): cnt
+   chunks from (src, rbuf, ridx) to (dst, wbuf, widx) in every micro-batch,
+   task `task` of the DAG; src == dst for a local copy. */
+typedef struct {
+  int task, src, dst, ridx, widx, cnt;
+  uint8_t rbuf, wbuf;
+} CeCopy;
 
 /* Tiles a connection of a buffered plan holds: the verifier assumes it
    (MSCCL's two steps per connection), executors and the simulator provide it. */
@@ -328,6 +338,8 @@ typedef struct {
   int ntbs;
   int buffered;          /* 1: deadlock-free only if every connection buffers BUFFERED_TILES tiles (hand-placed or
                             merged TBs); executors refuse smaller FIFOs */
+  CeCopy *ce;            /* copies on the copy engine, by source rank then pipeline order */
+  int nce;
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */

@@ -105,8 +105,10 @@ static void dump_lower(const Plan *pl, Buf *b) {
 }
 
 static void dump_tb(const Plan *pl, Buf *b) {
-  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s%s\n", tb_policy_name(pl->opt.tb), pl->ntbs, plan_tbs_max(pl),
+  buf_printf(b, "tb %s: %d TBs, at most %d per rank%s%s", tb_policy_name(pl->opt.tb), pl->ntbs, plan_tbs_max(pl),
              pl->opt.order == EX_ALGO ? ", algorithm-level" : "", pl->buffered ? ", buffered FIFOs" : "");
+  if (pl->nce) buf_printf(b, ", %d copies on the copy engine", pl->nce);
+  buf_puts(b, "\n");
   for (int r = 0; r < pl->prog->nranks; r++)
     for (int t = 0; t < pl->ntb[r]; t++) {
       int g = pl->tb_base[r] + t;
@@ -119,6 +121,15 @@ static void dump_tb(const Plan *pl, Buf *b) {
         buf_puts(b, "\n");
       }
     }
+  for (int i = 0; i < pl->nce; i++) { /* tballoc.c's offload */
+    const CeCopy *c = &pl->ce[i];
+    buf_printf(b, "r%d ce     ", c->src);
+    loc(b, c->rbuf, c->ridx, c->cnt);
+    buf_puts(b, " -> ");
+    if (c->dst != c->src) buf_printf(b, "r%d ", c->dst);
+    loc(b, c->wbuf, c->widx, c->cnt);
+    buf_printf(b, " t%d\n", c->task);
+  }
 }
 
 void dump_stage(const Plan *pl, Stage s, Buf *b) {

@@ -238,6 +238,15 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
       rc = err_set(e, RC_EEXEC, "connection %d: %u pieces sent, %u taken (its two ends cut tiles differently)", c,
                    sent, taken);
   }
+  /* Copy-engine copies (tballoc.c's offload), after the TBs: their
+     conditions make any time as good, and one that depended on the TBs would
+     then read or be overwritten by what they wrote, and fail the check. */
+  for (int i = 0; rc == RC_OK && i < pl->nce; i++) {
+    const CeCopy *c = &pl->ce[i];
+    size_t m = 0, slo, dlo, n;
+    while (rx_ce_run(N, (size_t)C, (size_t)o->nmicro, es, c->ridx, c->widx, c->cnt, &m, &slo, &dlo, &n))
+      memmove(run.buf[c->dst * 3 + c->wbuf] + dlo * es, run.buf[c->src * 3 + c->rbuf] + slo * es, n * es);
+  }
 
   if (rc == RC_OK) data_check(pl, o, run.buf, res);
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);

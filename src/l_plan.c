@@ -1,6 +1,6 @@
 /*
 ** l_plan.c — compiled plans as Lua userdata.
-**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, stop_after=})
+**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, order=, ce=, stop_after=})
 **       -> plan            when every stage passed
 **       -> plan, msg, code when a stage failed (plan holds the stages before it)
 **       -> nil, msg, code  when nothing could be compiled
@@ -31,7 +31,7 @@ static int l_compile(lua_State *L) {
   Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", scheds),
                .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
                .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
-               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders),
+               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders), .ce = l_optbool(L, 3, "ce", 0),
                .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);

@@ -21,7 +21,8 @@
 **
 ** Then each TB's program is its primitives in order; waits between
 ** primitives of one TB disappear (program order), the rest get a flag.
-** State-based plans then lend idle TBs local copies (see lend).
+** State-based plans then lend idle TBs local copies (see lend), and with
+** Options.ce the copy engine takes what needs no TB (see offload).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -466,14 +467,49 @@ static int prim_touches(const Prim *p, int buf, int idx, int n, int writes) {
 #undef MEETS
 }
 
-static int lendable(const Plan *pl, int i) {
-  const Prim *p = &pl->p[i];
-  if (!(p->kind == PR_COPY || (p->kind == PR_CS && p->direct)) || p->nwaits || p->flag >= 0) return 0;
+/* Whether no other primitive of p's rank writes what p reads (`reads`), nor
+   touches what p writes there (`writes`). */
+static int alone(const Plan *pl, const Prim *p, int reads, int writes) {
   for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {
     const Prim *q = &pl->p[pl->rank_prims[k]];
-    if (q != p && (prim_touches(q, p->wbuf, p->widx, p->cnt, 0) || prim_touches(q, p->rbuf, p->ridx, p->cnt, 1))) return 0;
+    if (q != p && ((writes && prim_touches(q, p->wbuf, p->widx, p->cnt, 0)) ||
+                   (reads && prim_touches(q, p->rbuf, p->ridx, p->cnt, 1))))
+      return 0;
   }
   return 1;
+}
+
+static int lendable(const Plan *pl, int i) {
+  const Prim *p = &pl->p[i];
+  return (p->kind == PR_COPY || (p->kind == PR_CS && p->direct)) && !p->nwaits && p->flag < 0 && alone(pl, p, 1, 1);
+}
+
+/* A copy-send in two: the send stays, its copy becomes a prim of its own (returned). */
+static int split_cs(Plan *pl, int i, int *cap) {
+  Prim c = pl->p[i];
+  c.kind = PR_COPY, c.tout = c.tin, c.cout = -1, c.direct = 0;
+  VEC_PUSH(pl->p, pl->np, *cap, c);
+  Prim *p = &pl->p[i];
+  p->kind = PR_SEND, p->tin = -1;
+  pl->task_send[c.tin] = pl->task_recv[c.tin] = pl->np - 1;
+  return pl->np - 1;
+}
+
+/* TB numbers without the TBs `gone` marks (by global id), then the TB
+   programs, ordered by `key`. Rank lists must be current. */
+static void drop_tbs(Plan *pl, const char *gone, const int *key) {
+  int R = pl->prog->nranks;
+  int *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);
+  for (int r = 0; r < R; r++) {
+    int n = 0;
+    for (int b = 0; b < pl->ntb[r]; b++) renum[b] = gone[pl->tb_base[r] + b] ? -1 : n++;
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) pl->p[pl->rank_prims[k]].tb = renum[pl->p[pl->rank_prims[k]].tb];
+    pl->ntb[r] = n;
+  }
+  for (int r = 1; r < R; r++) pl->tb_base[r] = pl->tb_base[r - 1] + pl->ntb[r - 1];
+  pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
+  tb_programs(pl, key);
+  free(renum);
 }
 
 static void lend(Plan *pl) {
@@ -496,35 +532,82 @@ static void lend(Plan *pl) {
       int i = pl->rank_prims[k];
       if (pl->p[i].tb == host || !lendable(pl, i)) continue;
       Prim *p = &pl->p[i];
-      if (p->kind == PR_CS) { /* split: the send stays, its copy becomes a prim of its own */
-        Prim c = *p;
-        c.kind = PR_COPY, c.tout = c.tin, c.cout = -1, c.direct = 0;
-        VEC_PUSH(pl->p, pl->np, cap, c);
-        p = &pl->p[i];
-        p->kind = PR_SEND, p->tin = -1;
-        pl->task_send[c.tin] = pl->task_recv[c.tin] = pl->np - 1;
-        i = pl->np - 1;
-      } else if (--left[pl->tb_base[r] + p->tb] == 0) {
+      if (p->kind == PR_CS) i = split_cs(pl, i, &cap);
+      else if (--left[pl->tb_base[r] + p->tb] == 0) {
         gone[pl->tb_base[r] + p->tb] = 1;
       }
       pl->p[i].tb = host, key[i] = -1, lent++;
     }
   }
   free(left);
-  if (!lent) return free(key), free(gone);
-  /* Rank lists (lent copies are appended) and TB numbers without the empty TBs. */
-  int *renum = xmalloc(((size_t)pl->ntbs + 1) * sizeof *renum);
-  plan_rank_lists(pl);
-  for (int r = 0; r < R; r++) {
-    int n = 0;
-    for (int b = 0; b < pl->ntb[r]; b++) renum[b] = gone[pl->tb_base[r] + b] ? -1 : n++;
-    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) pl->p[pl->rank_prims[k]].tb = renum[pl->p[pl->rank_prims[k]].tb];
-    pl->ntb[r] = n;
+  if (lent) plan_rank_lists(pl), drop_tbs(pl, gone, key); /* lent copies were appended */
+  free(key), free(gone);
+}
+
+/*
+** Offload (Options.ce). What lending could run anywhere can run on the copy
+** engine instead, with no TB at all: a local copy, and a direct send (or
+** copy-send) that waits for nothing, that nothing waits for and that reads
+** what no primitive of its rank writes, whose receive is a plain receive
+** that waits for nothing, that nothing waits for and whose destination no
+** other primitive of the receiver touches. Both ends leave the TBs (so does
+** a TB left empty); the runtime makes the copy beside the kernel and the
+** call ends when both have. A copy engine pushes 397 GB/s over 2xH200's
+** NVLink where 8 pushing blocks reach 356 (nccl.md), and a block that also
+** copies locally pushes half as fast; an all-gather on two ranks then needs
+** no TB.
+*/
+static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to) {
+  CeCopy c = {.task = task, .src = from->rank, .dst = to->rank, .ridx = from->ridx, .widx = to->widx,
+              .cnt = from->cnt, .rbuf = from->rbuf, .wbuf = to->wbuf};
+  VEC_PUSH(pl->ce, pl->nce, *cap, c);
+}
+
+static void offload(Plan *pl) {
+  int R = pl->prog->nranks, np = pl->np, cap = 0;
+  char *out = xcalloc((size_t)np + 1, 1); /* primitives that leave the TBs */
+  for (int r = 0; r < R; r++)
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) {
+      int i = pl->rank_prims[k];
+      const Prim *p = &pl->p[i], *q = NULL;
+      if (p->nwaits || p->flag >= 0 || p->join) continue;
+      if (p->kind == PR_SEND || p->kind == PR_CS) {
+        q = &pl->p[pl->task_recv[p->tout]];
+        if (!p->direct || q->kind != PR_RECV || q->nwaits || q->flag >= 0 || q->join || !alone(pl, q, 0, 1) ||
+            !alone(pl, p, 1, p->kind == PR_CS))
+          continue;
+        out[q - pl->p] = 1;
+      } else if (p->kind != PR_COPY || !alone(pl, p, 1, 1)) {
+        continue;
+      }
+      if (p->kind != PR_SEND) ce_add(pl, &cap, p->tin, p, p); /* the local copy */
+      if (q) ce_add(pl, &cap, p->tout, p, q);
+      out[i] = 1;
+    }
+  if (!pl->nce) return free(out);
+  /* A primitive joined to a removed one's micro-batch loop opens its own. */
+  for (int k = 0; k + 1 < pl->tb_off[pl->ntbs]; k++)
+    if (out[pl->tb_prims[k]] && pl->p[pl->tb_prims[k + 1]].join && pl->p[pl->tb_prims[k + 1]].seq > 0)
+      pl->p[pl->tb_prims[k + 1]].join = 0;
+  /* Renumber the primitives that stay; waits never name a removed one (nothing waits for it). */
+  int *to = xmalloc(((size_t)np + 1) * sizeof *to), *key = xmalloc(((size_t)np + 1) * sizeof *key), n = 0;
+  char *gone = xcalloc((size_t)pl->ntbs + 1, 1);
+  for (int g = 0; g < pl->ntbs; g++) gone[g] = 1;
+  for (int i = 0; i < np; i++) {
+    to[i] = out[i] ? -1 : n;
+    if (out[i]) continue;
+    gone[pl->tb_base[pl->p[i].rank] + pl->p[i].tb] = 0;
+    key[n] = pl->p[i].seq, pl->p[n++] = pl->p[i];
   }
-  for (int r = 1; r < R; r++) pl->tb_base[r] = pl->tb_base[r - 1] + pl->ntb[r - 1];
-  pl->ntbs = R > 0 ? pl->tb_base[R - 1] + pl->ntb[R - 1] : 0;
-  tb_programs(pl, key);
-  free(renum), free(key), free(gone);
+  pl->np = n;
+  for (int w = 0; w < pl->nwait; w++) pl->wait[w] = to[pl->wait[w]];
+  for (int t = 0; t < pl->dag.n; t++) {
+    pl->task_send[t] = pl->task_send[t] >= 0 ? to[pl->task_send[t]] : -1;
+    pl->task_recv[t] = pl->task_recv[t] >= 0 ? to[pl->task_recv[t]] : -1;
+  }
+  plan_rank_lists(pl);
+  drop_tbs(pl, gone, key);
+  free(out), free(to), free(key), free(gone);
 }
 
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
@@ -542,6 +625,7 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   pl->buffered = pol == TB_MANUAL;
   if (pol == TB_MERGE) merge(pl);
   if (pol == TB_STATE) lend(pl);
+  if (pl->opt.ce) offload(pl);
   return RC_OK;
 }
 

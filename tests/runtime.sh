@@ -18,6 +18,7 @@ if [ "$mode" = build ]; then
     case $name in *_hm) args=topo=a100:2x2 ;; *) args=ranks=4 ;; esac
     "$bin" compile "$alg" $args --plan "$tmp/$name.plan"
   done
+  "$bin" compile "$src/algorithms/allgather_ring.lua" ranks=2 --ce --plan "$tmp/allgather-ce.plan" # no TBs
   exec "$test" build "$tmp"/*.plan
 fi
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
@@ -27,5 +28,8 @@ for c in allreduce allgather reducescatter; do
   "$bin" compile "$src/algorithms/${c}_ring.lua" ranks="$ranks" --plan "$tmp/$c.plan"
 done
 "$bin" compile "$src/algorithms/alltoall_direct.lua" ranks="$ranks" --plan "$tmp/alltoall.plan"
+# With --ce (on two ranks every copy of these leaves the TBs; an all-to-all's always does).
+"$bin" compile "$src/algorithms/allgather_ring.lua" ranks="$ranks" --ce --plan "$tmp/allgather-ce.plan"
+"$bin" compile "$src/algorithms/alltoall_direct.lua" ranks="$ranks" --ce --plan "$tmp/alltoall-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$((ranks + 1)) --plan "$tmp/other-ranks.plan"
 RANKS=$ranks exec "$test" run "$tmp"

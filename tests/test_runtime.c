@@ -8,7 +8,9 @@
 ** `run` checks each collective out-of-place and in-place on exact data
 ** against a reference computed here, a second call on the same plan (the
 ** counters run on), an all-reduce captured into CUDA graphs and replayed
-** between direct calls, bad arguments (error codes and messages), and, with
+** between direct calls, plans whose copies the copy engine makes
+** (allgather-ce.plan, alltoall-ce.plan; an all-to-all of them captured and
+** replayed too), bad arguments (error codes and messages), and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
 */
@@ -126,28 +128,31 @@ static void capturing(cudaStream_t *gs, int ngpu, const char *what) {
   }
 }
 
-/* All-reduce captured once into a CUDA graph per GPU (global capture mode),
-   replayed with new inputs, with direct calls before and after it: the
-   kernels number the calls themselves, so replays and calls mix. */
-static void graph_replay(size_t count) {
-  int ngpu = 0;
+/* All-reduce or all-to-all captured once into a CUDA graph per GPU (global
+   capture mode), replayed with new inputs, with direct calls before and
+   after it: the kernels number the calls themselves, so replays and calls
+   mix (and a plan's copy-engine copies join the capture through events). */
+static void graph_replay(const char *coll, size_t count) {
+  int ngpu = 0, a2a = !strcmp(coll, "alltoall");
+  size_t n = a2a ? count * R : count; /* elements of a rank's input and output */
   for (int r = 0; r < R; r++) ngpu = dev[r] + 1 > ngpu ? dev[r] + 1 : ngpu;
   cudaStream_t gs[MAXR];
   cudaGraph_t graph[MAXR] = {0};
   cudaGraphExec_t exec[MAXR] = {0};
-  float *ibuf[MAXR], *obuf[MAXR], *host = malloc(sizeof(float) * count);
+  float *ibuf[MAXR], *obuf[MAXR], *host = malloc(sizeof(float) * n);
   for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamCreateWithFlags(&gs[d], cudaStreamNonBlocking);
   for (int r = 0; r < R; r++)
-    cudaSetDevice(dev[r]), cudaMalloc((void **)&ibuf[r], sizeof(float) * count), cudaMalloc((void **)&obuf[r], sizeof(float) * count);
-  collective("allreduce", 4099, 0, 1);
+    cudaSetDevice(dev[r]), cudaMalloc((void **)&ibuf[r], sizeof(float) * n), cudaMalloc((void **)&obuf[r], sizeof(float) * n);
+  collective(coll, 4099, 0, 1);
   for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamBeginCapture(gs[d], cudaStreamCaptureModeGlobal);
   capturing(gs, ngpu, "the capture began");
   resccl_result_t rc = resccl_group_start();
   for (int r = 0; r < R && rc == resccl_success; r++)
-    rc = resccl_all_reduce(ibuf[r], obuf[r], count, resccl_float32, resccl_sum, comm[r], (resccl_stream_t)gs[dev[r]]);
+    rc = a2a ? resccl_all_to_all(ibuf[r], obuf[r], count, resccl_float32, comm[r], (resccl_stream_t)gs[dev[r]])
+             : resccl_all_reduce(ibuf[r], obuf[r], count, resccl_float32, resccl_sum, comm[r], (resccl_stream_t)gs[dev[r]]);
   resccl_result_t end = resccl_group_end();
-  CHECK(rc == resccl_success && end == resccl_success, "captured all-reduce: %s", resccl_get_error_string(rc ? rc : end));
-  capturing(gs, ngpu, "the captured all-reduce");
+  CHECK(rc == resccl_success && end == resccl_success, "captured %s: %s", coll, resccl_get_error_string(rc ? rc : end));
+  capturing(gs, ngpu, coll);
   /* Every capture ends before any graph is instantiated: instantiating is
      not allowed while a global-mode capture is going on. */
   int made = 0;
@@ -160,27 +165,29 @@ static void graph_replay(size_t count) {
   size_t wrong = 0;
   for (int k = 1; k <= 3 && made == ngpu; k++) {
     for (int r = 0; r < R; r++) {
-      for (size_t i = 0; i < count; i++) host[i] = (float)k * val(r, i);
+      for (size_t i = 0; i < n; i++) host[i] = (float)k * val(r, i);
       cudaSetDevice(dev[r]);
-      cudaMemcpy(ibuf[r], host, sizeof(float) * count, cudaMemcpyHostToDevice);
-      cudaMemset(obuf[r], 0xff, sizeof(float) * count);
+      cudaMemcpy(ibuf[r], host, sizeof(float) * n, cudaMemcpyHostToDevice);
+      cudaMemset(obuf[r], 0xff, sizeof(float) * n);
     }
     for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaDeviceSynchronize();
     for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaGraphLaunch(exec[d], gs[d]);
     for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamSynchronize(gs[d]);
     for (int r = 0; r < R; r++) {
       cudaSetDevice(dev[r]);
-      cudaMemcpy(host, obuf[r], sizeof(float) * count, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < count; i++) {
+      cudaMemcpy(host, obuf[r], sizeof(float) * n, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n; i++) {
         float want = 0;
-        for (int q = 0; q < R; q++) want += (float)k * val(q, i);
+        if (a2a) want = (float)k * val((int)(i / count), (size_t)r * count + i % count);
+        else
+          for (int q = 0; q < R; q++) want += (float)k * val(q, i);
         wrong += host[i] != want;
       }
     }
   }
   CHECK(wrong == 0, "graph replays: %zu wrong", wrong);
-  collective("allreduce", 4099, 0, 2);
-  if (made == ngpu) printf("allreduce      graph         count %-9zu replays 3: %zu wrong\n", count, wrong);
+  collective(coll, 4099, 0, 2);
+  if (made == ngpu) printf("%-14s graph         count %-9zu replays 3: %zu wrong\n", coll, count, wrong);
   for (int d = 0; d < ngpu; d++) {
     cudaSetDevice(d);
     if (exec[d]) cudaGraphExecDestroy(exec[d]);
@@ -305,7 +312,34 @@ int main(int argc, char **argv) {
       collective(colls[c], 4099, inplace, 3);
       collective(colls[c], 1 << 20, inplace, 2);
     }
-    if (c == 0) graph_replay(1 << 20);
+    if (c == 0) graph_replay("allreduce", 1 << 20);
+  }
+  /* Plans compiled with --ce: what waits for nothing goes to the copy
+     engine (all of it, for a two-rank all-gather and any all-to-all); a rank
+     called alone is refused, since the copies need every rank's buffers. */
+  static const char *const ce_colls[] = {"allgather", "alltoall"};
+  for (int c = 0; c < 2; c++) {
+    snprintf(path, sizeof path, "%s/%s-ce.plan", argv[2], ce_colls[c]);
+    resccl_result_t rc = resccl_plan_load(comm[0], path);
+    CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
+    if (rc) continue;
+    int blocks = -1;
+    resccl_plan_blocks(comm[0], ce_colls[c], &blocks);
+    printf("%s (copy engine): %d blocks per rank\n", ce_colls[c], blocks);
+    for (int inplace = 0; inplace < 2; inplace++) {
+      collective(ce_colls[c], 1, inplace, 1);
+      collective(ce_colls[c], 4099, inplace, 3);
+      collective(ce_colls[c], 1 << 20, inplace, 2);
+    }
+    if (c == 1) {
+      graph_replay("alltoall", 1 << 18);
+      float *buf;
+      cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * 2 * (size_t)R);
+      rc = resccl_all_to_all(buf, buf + R, 1, resccl_float32, comm[0], (resccl_stream_t)st[0]);
+      CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "copy engine"),
+            "a lone rank of a copy-engine plan: %d", rc);
+      cudaFree(buf);
+    }
   }
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
   resccl_result_t rc = resccl_plan_load(comm[0], path);

@@ -36,6 +36,9 @@ options:
                          them: fewer TBs, slower, FIFOs of two tiles
   --order task|algorithm how a TB loops over micro-batches: task-level
                          (default) or algorithm-level, as MSCCL runs
+  --ce                   copies and direct sends that wait for nothing and
+                         that nothing waits for run on the copy engine, with
+                         no TB (an all-gather on two ranks needs none)
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
@@ -149,6 +152,7 @@ local function parse(argv)
     elseif a == "--dump" then o.dump = value(a, { dag = true, sched = true, lower = true, tb = true })
     elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
     elseif a == "--inplace" then o.inplace = true
+    elseif a == "--ce" then o.ce = true
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a == "--gpu" then o.gpu = true
@@ -193,7 +197,8 @@ local function parse(argv)
 end
 
 local function compile_opts(o, inplace)
-  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after, order = o.order }
+  return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after, order = o.order,
+    ce = o.ce }
 end
 
 -- Load and build the program; errors carry file:line already.

@@ -600,7 +600,7 @@ static void print_header(const Bench *b, const char *nccl_state, int blocks) {
   printf("# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d\n", o.minbytes,
          o.maxbytes, o.stepfactor > 1 ? (size_t)o.stepfactor : o.stepbytes, o.stepfactor > 1 ? "factor" : "bytes",
          o.warmup, o.iters, o.check);
-  printf("# resccl: plan's thread blocks per GPU %s; NCCL: %s\n", blocks > 0 ? std::to_string(blocks).c_str() : "-",
+  printf("# resccl: plan's thread blocks per GPU %s; NCCL: %s\n", blocks >= 0 ? std::to_string(blocks).c_str() : "-",
          nccl_state);
   for (int r = 0; r < b->n; r++) {
     cudaDeviceProp p;
@@ -765,7 +765,7 @@ int main(int argc, char **argv) {
     if (nccl_bus >= 0) nccl_sum += nccl_bus, nccl_n++;
     printf("  %7s  %9s  %5s  %5s\n", fmt_num(c[0], "%.2f", nccl_bus, nccl_bus >= 0),
            fmt_num(c[1], "%.2f", bus[0] / nccl_bus, bus[0] >= 0 && nccl_bus > 0),
-           fmt_num(c[2], "%.0f", blocks, blocks > 0), fmt_num(c[3], "%.0f", nccl_tb, nccl_tb > 0));
+           fmt_num(c[2], "%.0f", blocks, blocks >= 0), fmt_num(c[3], "%.0f", nccl_tb, nccl_tb > 0));
     fflush(stdout);
   }
   printf("# Out of bounds values : %lld %s\n", wrong, wrong ? "FAILED" : "OK");

@@ -135,12 +135,17 @@ typedef struct {
   int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
+  int nce, *ce;       /* copy-engine copies, 7 numbers each: src rbuf ridx dst wbuf widx cnt */
   char *src;
   struct {
     CUmodule mod;
     CUfunction fn;
     RxRun *run;       /* device copy */
     int nblocks;
+    cudaStream_t *ce; /* per GPU: the stream of this GPU's copies to it, NULL when none */
+    cudaEvent_t start, *ce_done; /* the copies' start on this GPU's stream; a copy stream's end */
+    CUfunction sync;  /* rx_ce_sync, and its count of barriers in this GPU's memory */
+    unsigned *word;
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
     int *tab;         /* host copy of the block tables (rank, TB, channel, TB index), for the trace */
   } dev[MAXDEV];
@@ -302,12 +307,17 @@ static void trace_write(Group *g, Variant *v, const char *path) {
 
 static void variant_free(Group *g, Variant *v) {
   if (!v) return;
-  for (int d = 0; d < MAXDEV; d++) free(v->dev[d].tab);
+  for (int d = 0; d < MAXDEV; d++) {
+    for (int e = 0; g && v->dev[d].ce && e < g->ndevs; e++)
+      if (v->dev[d].ce[e]) cudaStreamDestroy(v->dev[d].ce[e]), cudaEventDestroy(v->dev[d].ce_done[e]);
+    if (v->dev[d].start) cudaEventDestroy(v->dev[d].start);
+    free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done);
+  }
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
   free(v->allocs), free(v->scratch), free(v->scratch_bytes);
-  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->src), free(v);
+  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->ce), free(v->src), free(v);
 }
 
 static int read_ints(FILE *f, const char *key, int *out, int n) {
@@ -328,7 +338,7 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   Variant *v = calloc(1, sizeof *v);
   if (!v) return rt_fail(resccl_system_error, "out of memory");
   if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
-  if (version != 2) BAD("version 2 expected: compile it again");
+  if (version != 3) BAD("version 3 expected: compile it again");
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
@@ -347,6 +357,17 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   v->flag_rank = malloc(sizeof(int) * ((size_t)v->nflags + 1));
   for (int i = 0; i < v->nflags; i++)
     if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
+  if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
+  v->ce = malloc(sizeof(int) * (7 * (size_t)v->nce + 1));
+  for (int i = 0; i < v->nce; i++) {
+    int *c = &v->ce[7 * i];
+    for (int k = 0; k < 7; k++)
+      if (fscanf(f, " %d", &c[k]) != 1) BAD("copies");
+    if ((unsigned)c[0] >= (unsigned)v->nranks || (unsigned)c[3] >= (unsigned)v->nranks || (unsigned)c[1] > 2 ||
+        (unsigned)c[4] > 2 || c[2] < 0 || c[5] < 0 || c[6] < 1 || c[2] > v->bufchunks[c[1]] - c[6] ||
+        c[5] > v->bufchunks[c[4]] - c[6])
+      BAD("copies");
+  }
   size_t n;
   if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
   v->src = malloc(n + 1);
@@ -549,6 +570,27 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
   }
   free(fifo), free(started);
+  /* Copy-engine copies: a stream for each (source GPU, destination GPU) with
+     some, so that copies to different GPUs and local ones overlap; events
+     order them with the calls' streams (ce_copies). */
+  for (int i = 0; i < v->nce && res == resccl_success; i++) {
+    int ds = g->comms[v->ce[7 * i]].d, dt = g->comms[v->ce[7 * i + 3]].d;
+    if (!v->dev[ds].ce) {
+      v->dev[ds].ce = calloc((size_t)g->ndevs, sizeof(cudaStream_t));
+      v->dev[ds].ce_done = calloc((size_t)g->ndevs, sizeof(cudaEvent_t));
+      if (!v->dev[ds].ce || !v->dev[ds].ce_done) return rt_fail(resccl_system_error, "out of memory");
+    }
+    if (v->dev[ds].ce[dt]) continue;
+    CU(cudaSetDevice(g->dev[ds]));
+    CU(cudaStreamCreateWithFlags(&v->dev[ds].ce[dt], cudaStreamNonBlocking));
+    CU(cudaEventCreateWithFlags(&v->dev[ds].ce_done[dt], cudaEventDisableTiming));
+  }
+  for (int d = 0; v->nce && d < g->ndevs && res == resccl_success; d++) {
+    CU(cudaSetDevice(g->dev[d]));
+    CU(cudaEventCreateWithFlags(&v->dev[d].start, cudaEventDisableTiming));
+    CUDRV(drv.function(&v->dev[d].sync, v->dev[d].mod, "rx_ce_sync"));
+    TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned)));
+  }
   if (res == resccl_success) {
     v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
     v->scratch_bytes = calloc((size_t)v->nranks, sizeof *v->scratch_bytes);
@@ -681,13 +723,15 @@ static RtPlan *plan_for(Group *g, const char *coll, size_t bytes) {
 
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
-  *blocks = 0;
+  *blocks = -1;
   for (RtPlan *p = comm->g->plans; p; p = p->next) {
     if (strcmp(p->coll, coll)) continue;
     Variant *v = p->v[0] ? p->v[0] : p->v[1];
     if (v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
   }
-  return *blocks ? resccl_success : rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
+  if (*blocks >= 0) return resccl_success;
+  *blocks = 0;
+  return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
 }
 
 resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
@@ -824,6 +868,84 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   return rc;
 }
 
+/* The other streams of the ranks that calls[i]'s launch holds (same
+   collective, same GPU): `after` 0, the launch's stream waits for them; 1,
+   they wait for it. The GPU is current. */
+static cudaError_t join_streams(Call *calls, int n, const int *first, int i, int after) {
+  Call *c = &calls[i];
+  cudaEvent_t ev = NULL;
+  cudaError_t ce = cudaSuccess;
+  for (int j = i + 1; j < n && ce == cudaSuccess; j++) {
+    Call *o = &calls[j];
+    if (first[j] != first[i] || o->comm->d != c->comm->d || o->stream == c->stream) continue;
+    if (!ev) {
+      ce = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      if (ce == cudaSuccess && after) ce = cudaEventRecord(ev, c->stream);
+      if (ce != cudaSuccess) break;
+    }
+    if (after) ce = cudaStreamWaitEvent(o->stream, ev, 0);
+    else if ((ce = cudaEventRecord(ev, o->stream)) == cudaSuccess) ce = cudaStreamWaitEvent(c->stream, ev, 0);
+  }
+  if (ev) cudaEventDestroy(ev);
+  return ce;
+}
+
+/* The copy-engine barrier (cuda_abi.h's RxSync) on the stream of
+   calls[i]'s launch: every GPU of the call runs one before its copies and
+   one after them. Before: a copy lands in a peer's buffer only once the
+   peer's stream has reached the call (its earlier work may still use the
+   buffer). After: a GPU's stream goes on only once every copy into its
+   buffers, and out of them, is done. Kernels rather than events, so that
+   GPUs whose streams are captured separately still order each other. */
+static resccl_result_t ce_sync(const Call *c) {
+  Variant *v = c->v;
+  Group *g = c->comm->g;
+  RxSync s;
+  memset(&s, 0, sizeof s);
+  for (int d = 0; d < g->ndevs; d++) s.word[d] = v->dev[d].word;
+  s.me = c->comm->d, s.ndev = g->ndevs, s.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
+  CU(cudaHostGetDevicePointer((void **)&s.stop, g->stop, 0));
+  void *params[] = {&s};
+  CUDRV(drv.launch(v->dev[s.me].sync, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL));
+  return resccl_success;
+}
+
+/* The copy-engine copies of the collective whose first call is calls[i]
+   (every rank is in it: launch checked). Each (source GPU, destination
+   GPU) has a stream, forked from the source GPU's launch stream after its
+   first barrier and joined back to it before its second (ce_sync); all of
+   it is stream-ordered, so CUDA graphs capture it. */
+static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
+  Variant *v = calls[i].v;
+  Group *g = calls[i].comm->g;
+  const Call *of[RX_MAXRANKS];
+  cudaStream_t at[MAXDEV] = {0}; /* per GPU: the stream its launch went on */
+  for (int j = n - 1; j >= 0; j--)
+    if (first[j] == first[i]) of[calls[j].comm->rank] = &calls[j], at[calls[j].comm->d] = calls[j].stream;
+  char used[MAXDEV][MAXDEV];
+  memset(used, 0, sizeof used);
+  size_t es = calls[i].esize, N = calls[i].count, M = (size_t)calls[i].nmicro, C = (size_t)v->chunks;
+  for (int k = 0; k < v->nce; k++) {
+    const int *c = &v->ce[7 * k];
+    int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d;
+    cudaStream_t st = v->dev[ds].ce[dt];
+    CU(cudaSetDevice(g->dev[ds]));
+    if (!used[ds][dt]) CU(cudaStreamWaitEvent(st, v->dev[ds].start, 0));
+    used[ds][dt] = 1;
+    size_t m = 0, slo, dlo, len;
+    while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, &slo, &dlo, &len))
+      CU(cudaMemcpyAsync(of[c[3]]->buf[c[4]] + dlo * es, of[c[0]]->buf[c[1]] + slo * es, len * es, cudaMemcpyDefault, st));
+  }
+  for (int ds = 0; ds < g->ndevs; ds++)
+    for (int dt = 0; dt < g->ndevs; dt++) {
+      if (!used[ds][dt]) continue;
+      CU(cudaSetDevice(g->dev[ds]));
+      CU(cudaEventRecord(v->dev[ds].ce_done[dt], v->dev[ds].ce[dt]));
+      CU(cudaStreamWaitEvent(at[ds], v->dev[ds].ce_done[dt], 0));
+    }
+  return resccl_success;
+}
+
 /* One kernel per (variant, GPU), holding every rank of that GPU. */
 static resccl_result_t launch(Call *calls, int n) {
   char *done = calloc((size_t)n, 1);
@@ -856,12 +978,19 @@ static resccl_result_t launch(Call *calls, int n) {
       here += o->comm->d == c->comm->d;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
+    int all = 0;
+    for (int j = 0; j < n; j++) all += first[j] == first[i];
+    if (rc == resccl_success && c->v->nce && all != c->v->nranks)
+      rc = rt_fail(resccl_invalid_usage, "%s: plan %s moves data on the copy engine, which needs every rank's buffers: "
+                   "call all %d ranks between resccl_group_start and resccl_group_end", c->plan->coll, c->plan->name,
+                   c->v->nranks);
     if (rc == resccl_success && here != want)
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
   int dev = -1;
   cudaGetDevice(&dev);
+  char *lead = calloc((size_t)n, 1); /* the call whose stream carries its GPU's launch */
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (done[i]) continue;
     Call *c = &calls[i];
@@ -881,37 +1010,35 @@ static resccl_result_t launch(Call *calls, int n) {
     if (!a.direct) memset(a.buf, 0, sizeof a.buf);
     a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
     int ranks = 0;
-    cudaStream_t extra[RX_MAXRANKS];
-    int nextra = 0;
     for (int j = i; j < n; j++) {
       Call *o = &calls[j];
       if (done[j] || first[j] != first[i] || o->comm->d != d) continue;
       for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
-      if (o->stream != c->stream) extra[nextra++] = o->stream;
       done[j] = 1, ranks++;
     }
+    lead[i] = 1;
     if (cudaSetDevice(g->dev[d]) != cudaSuccess) {
       rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
       break;
     }
-    /* Ranks of one GPU on different streams: the launch waits for all of them,
-       and they for it (under capture, the streams must be in one capture). */
-    cudaEvent_t ev = NULL;
-    cudaError_t ce = nextra ? cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) : cudaSuccess;
-    for (int k = 0; k < nextra && ce == cudaSuccess; k++)
-      if ((ce = cudaEventRecord(ev, extra[k])) == cudaSuccess) ce = cudaStreamWaitEvent(c->stream, ev, 0);
-    void *params[] = {&a};
-    CUresult cr = ce != cudaSuccess ? CUDA_SUCCESS
-                                    : drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1,
-                                                 (unsigned)c->plan->conf.threads, 1, 1, 0, (CUstream)c->stream, params, NULL);
-    if (nextra && ce == cudaSuccess && cr == CUDA_SUCCESS && (ce = cudaEventRecord(ev, c->stream)) == cudaSuccess)
-      for (int k = 0; k < nextra && ce == cudaSuccess; k++) ce = cudaStreamWaitEvent(extra[k], ev, 0);
-    if (ev) cudaEventDestroy(ev);
+    /* Ranks of one GPU on different streams: the launch waits for all of them
+       (and they for it, at the end; under capture, the streams must be in one
+       capture). */
+    cudaError_t ce = join_streams(calls, n, first, i, 0);
+    if (ce == cudaSuccess && c->v->nce) {
+      if ((rc = ce_sync(c)) != resccl_success) break;
+      ce = cudaEventRecord(c->v->dev[d].start, c->stream);
+    }
     if (ce != cudaSuccess) {
       rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", c->plan->coll, g->dev[d],
                    cudaGetErrorString(ce));
       break;
     }
+    void *params[] = {&a};
+    CUresult cr = c->v->dev[d].nblocks == 0 ? CUDA_SUCCESS /* the copy engine does it all */
+                                            : drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1,
+                                                         (unsigned)c->plan->conf.threads, 1, 1, 0, (CUstream)c->stream,
+                                                         params, NULL);
     if (cr != CUDA_SUCCESS) {
       const char *s = "?";
       drv.error_string(cr, &s);
@@ -922,6 +1049,23 @@ static resccl_result_t launch(Call *calls, int n) {
       fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
               c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
   }
+  for (int i = 0; i < n && rc == resccl_success; i++)
+    if (first[i] == i && calls[i].v->nce) rc = ce_copies(calls, n, first, i);
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    if (!lead[i] || !calls[i].v->nce) continue;
+    int gd = calls[i].comm->g->dev[calls[i].comm->d];
+    rc = cudaSetDevice(gd) == cudaSuccess ? ce_sync(&calls[i])
+                                          : rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", gd);
+  }
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    if (!lead[i]) continue;
+    cudaError_t ce = cudaSetDevice(calls[i].comm->g->dev[calls[i].comm->d]);
+    if (ce == cudaSuccess) ce = join_streams(calls, n, first, i, 1);
+    if (ce != cudaSuccess)
+      rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", calls[i].plan->coll,
+                   calls[i].comm->g->dev[calls[i].comm->d], cudaGetErrorString(ce));
+  }
+  free(lead);
   if (dev >= 0) cudaSetDevice(dev);
   free(done), free(first), free(occ);
   return rc;
