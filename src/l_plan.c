@@ -66,6 +66,7 @@ static int l_plan_report(lua_State *L) {
     lua_pushboolean(L, pl->buffered), lua_setfield(L, -2, "buffered");
     l_setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
     l_setint(L, "flags", pl->nflags);
+    l_setint(L, "ce_copies", pl->nce);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
     lua_setfield(L, -2, "tbs_per_rank");

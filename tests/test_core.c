@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "core.h"
+#include "../kernels-templates/tile.h"
 
 /* ------------------------------------------------------------ builders */
 
@@ -452,6 +453,34 @@ static void test_tb_lend(void **state) {
 
 /* -------------------------------------------------- template / emitter */
 
+/* Copy-engine copies as contiguous runs (tile.h's rx_ce_run): blocks of 64
+   f32 in 2 chunks, 4 micro-batches. */
+static int ce_runs(int sidx, int didx, int cnt, size_t *total, size_t *first_n) {
+  size_t m = 0, slo, dlo, n;
+  int runs = 0;
+  *total = 0;
+  while (rx_ce_run(64, 2, 4, 4, sidx, didx, cnt, &m, &slo, &dlo, &n)) {
+    if (!runs) *first_n = n;
+    size_t lo, k;
+    rx_span(64, 2, 4, 4, sidx, cnt, 0, &lo, &k);
+    if (!runs) assert_int_equal(slo, lo);
+    *total += n, runs++;
+  }
+  return runs;
+}
+
+static void test_ce_runs(void **state) {
+  (void)state;
+  size_t total, n;
+  assert_int_equal(ce_runs(0, 2, 2, &total, &n), 1); /* a whole block: one run */
+  assert_int_equal(total, 64);
+  assert_int_equal(ce_runs(1, 1, 1, &total, &n), 4); /* one chunk: a run per slab */
+  assert_int_equal(total, 32);
+  assert_int_equal(n, 8);
+  assert_int_equal(ce_runs(2, 1, 1, &total, &n), 4); /* another chunk position: runs of either side's slabs */
+  assert_int_equal(total, 32);
+}
+
 static void test_template(void **state) {
   (void)state;
   Err e;
@@ -619,6 +648,7 @@ int main(void) {
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
+    cmocka_unit_test(test_ce_runs),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),

@@ -77,6 +77,9 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check allreduce_hm.2x2.virtual algorithms/allreduce_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
+  # Copy-engine copies (--ce): no TB at all on two ranks, and virtual ranks sharing a GPU.
+  check "allgather_ring.r2.ce.gpu$ngpu" algorithms/allgather_ring.lua ranks=2 ndev="$ngpu" $big --ce
+  check alltoall_direct.r4.ce.virtual algorithms/alltoall_direct.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=f16 --ce
   check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
   # Every dtype with every op on virtual ranks, at an odd count (vector tails);
   # avg also through recvReduceCopySend and recvReduceSend (allreduce_rd on 8
@@ -101,6 +104,9 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
       count=4099 nmicro=2 slots=2 slot_bytes=4096 iters=0 --gpu >"$out/sanitizer-$tool.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
     printf '%-44s %s  %s\n' "compute-sanitizer $tool" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-$tool.txt" | tail -1)"
   done
+  if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/alltoall_direct.lua ranks=2 ndev=1 \
+    count=4099 nmicro=2 iters=0 --ce --gpu >"$out/sanitizer-ce.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+  printf '%-44s %s  %s\n' "compute-sanitizer memcheck, copy engine" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-ce.txt" | tail -1)"
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks

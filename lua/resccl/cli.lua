@@ -38,7 +38,8 @@ options:
                          (default) or algorithm-level, as MSCCL runs
   --ce                   copies and direct sends that wait for nothing and
                          that nothing waits for run on the copy engine, with
-                         no TB (an all-gather on two ranks needs none)
+                         no TB (an all-gather on two ranks needs none); plan
+                         files hold that form anyway, for large calls
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
@@ -247,14 +248,23 @@ end
 -- ---------------------------------------------------------------- compile
 
 -- Write the runtime's plan file: one section per placement the algorithm
--- supports, written whole or not at all.
+-- supports, and after it the placement's copy-engine form where that one
+-- differs (the runtime runs it from RESCCL_CE_FROM bytes; --ce writes that
+-- form alone, for every size); written whole or not at all.
 function M.write_plan(o, alg, prog, topo, path)
   local text = {}
   for _, inplace in ipairs { false, true } do
     if not inplace or alg.inplace then
-      local plan, err = resccl.compile(prog, topo, compile_opts(o, inplace))
+      local opts = compile_opts(o, inplace)
+      local plan, err = resccl.compile(prog, topo, opts)
       if err then error(err, 0) end
       text[#text + 1] = plan:artifact()
+      if not o.ce then
+        opts.ce = true
+        local ce, cerr = resccl.compile(prog, topo, opts)
+        if cerr then error(cerr, 0) end
+        if ce:report().ce_copies > 0 then text[#text + 1] = ce:artifact() end
+      end
     end
   end
   local tmp = path .. ".tmp"

@@ -217,6 +217,39 @@ describe("puts in pieces", function()
   end)
 end)
 
+describe("copy-engine copies", function()
+  local resccl = require "resccl"
+  local function plan(name, ranks, inplace, ce)
+    return assert(resccl.plan("algorithms/" .. name .. ".lua", { ranks = ranks }, { ce = ce ~= false, inplace = inplace }))
+  end
+
+  it("take every copy of a two-rank all-gather and of an all-to-all, leaving no TB", function()
+    for _, c in ipairs { { "allgather_ring", 2, false, 4 }, { "allgather_ring", 2, true, 2 },
+      { "alltoall_direct", 4, false, 16 } } do
+      local p = plan(c[1], c[2], c[3])
+      local r = p:report()
+      assert.equal(0, r.tbs_total)
+      assert.equal(c[4], r.ce_copies)
+      assert.truthy(p:dump("tb"):find(c[4] .. " copies on the copy engine", 1, true))
+      assert.truthy(p:artifact():find("\ncopies " .. c[4] .. "\n", 1, true))
+      -- whole blocks and slabs with a leftover; the host executor makes the copies after the TBs
+      for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i8" } } do
+        assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3] }).wrong)
+      end
+    end
+  end)
+
+  it("leave what another primitive waits for or reduces on the TBs", function()
+    -- a ring's received chunk is sent on; a reduce-scatter's receive reduces
+    for name, ranks in pairs { allgather_ring = 4, reducescatter_ring = 2, allreduce_ring = 2 } do
+      local p = plan(name, ranks)
+      assert.equal(0, p:report().ce_copies)
+      assert.equal(plan(name, ranks, false, false):report().tbs_total, p:report().tbs_total)
+      assert.equal(0, assert(p:exec { count = 4099, nmicro = 3 }).wrong)
+    end
+  end)
+end)
+
 describe("avg", function()
   it("divides in the one reduction that completes each value", function()
     local resccl = require "resccl"

@@ -763,9 +763,11 @@ int main(int argc, char **argv) {
     }
     double nccl_bus = nccl_us > 0 ? s.bytes / nccl_us / 1e3 * busbw_factor(o.coll, b.n) : -1;
     if (nccl_bus >= 0) nccl_sum += nccl_bus, nccl_n++;
+    int tbs = -1; /* this size's: a plan's copy-engine form has fewer */
+    if (resccl_call_blocks(b.comm[0], coll_names[o.coll], s.bytes, &tbs) != resccl_success) tbs = -1;
     printf("  %7s  %9s  %5s  %5s\n", fmt_num(c[0], "%.2f", nccl_bus, nccl_bus >= 0),
            fmt_num(c[1], "%.2f", bus[0] / nccl_bus, bus[0] >= 0 && nccl_bus > 0),
-           fmt_num(c[2], "%.0f", blocks, blocks >= 0), fmt_num(c[3], "%.0f", nccl_tb, nccl_tb > 0));
+           fmt_num(c[2], "%.0f", tbs, tbs >= 0), fmt_num(c[3], "%.0f", nccl_tb, nccl_tb > 0));
     fflush(stdout);
   }
   printf("# Out of bounds values : %lld %s\n", wrong, wrong ? "FAILED" : "OK");

@@ -158,7 +158,8 @@ typedef struct {
 typedef struct RtPlan {
   char name[64], coll[32];
   size_t lo, hi;      /* the calls it runs: [lo, hi] bytes (nccl-tests' size) */
-  Variant *v[2];      /* [inplace] */
+  Variant *v[2][2];   /* [inplace][form]: form 1, where the file has it, makes copies on the copy engine and runs
+                         calls from RtConf.ce_from bytes; form 0 the others */
   RtConf conf;
   struct RtPlan *next;
 } RtPlan;
@@ -195,6 +196,12 @@ void rt_conf_env(RtConf *c) {
   c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", (int)RX_TILE_BYTES);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   c->direct = env_int("RESCCL_DIRECT", 1);
+  /* On 2xH200 copy-engine all-gathers and all-to-alls moved less than 32
+     blocks' below 16 MiB (two barrier kernels and a copy's start cost about
+     20 us: 127 against 174 GB/s at 8 MiB), as much up to 64 MiB, and 5-14%
+     more from 128 MiB, with no block (BENCHMARKS.md). */
+  const char *cf = getenv("RESCCL_CE_FROM");
+  c->ce_from = cf && *cf ? strtoull(cf, NULL, 0) : (size_t)16 << 20;
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -599,7 +606,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
 }
 
 static void plan_unload(Group *g, RtPlan *p) {
-  for (int i = 0; i < 2; i++) trace_write(g, p->v[i], p->conf.trace), variant_free(g, p->v[i]);
+  for (int i = 0; i < 4; i++) trace_write(g, p->v[i / 2][i % 2], p->conf.trace), variant_free(g, p->v[i / 2][i % 2]);
   free(p);
 }
 
@@ -650,19 +657,26 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
       variant_free(g, v);
       break;
     }
-    variant_free(g, p->v[v->inplace]);
-    p->v[v->inplace] = v;
+    /* A placement's second section is its copy-engine form. */
+    Variant **at = p->v[v->inplace];
+    if (at[0] && (at[1] || !v->nce || at[0]->nce)) {
+      rc = rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (a placement holds at most one form with "
+                   "copy-engine copies and one without)", path);
+      variant_free(g, v);
+      break;
+    }
+    at[at[0] != NULL] = v;
   }
   fclose(f);
-  if (rc == resccl_success && !p->v[0] && !p->v[1]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
+  if (rc == resccl_success && !p->v[0][0] && !p->v[1][0]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
   /* A loaded plan whose sizes reach past the new one's on both sides would be cut in two. */
   for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next)
     if (!strcmp(q->coll, p->coll) && q->lo < lo && q->hi > hi)
       rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
                    "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
   if (!p->conf.threads) p->conf.threads = RT_THREADS;
-  for (int i = 0; i < 2 && rc == resccl_success; i++)
-    if (p->v[i]) rc = variant_setup(g, p->v[i], &p->conf);
+  for (int i = 0; i < 4 && rc == resccl_success; i++)
+    if (p->v[i / 2][i % 2]) rc = variant_setup(g, p->v[i / 2][i % 2], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
   /* A new plan for a collective takes its sizes from the loaded ones: those
      it covers go, the others keep the sizes on their side of it. */
@@ -724,14 +738,31 @@ static RtPlan *plan_for(Group *g, const char *coll, size_t bytes) {
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
   *blocks = -1;
-  for (RtPlan *p = comm->g->plans; p; p = p->next) {
-    if (strcmp(p->coll, coll)) continue;
-    Variant *v = p->v[0] ? p->v[0] : p->v[1];
-    if (v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
-  }
+  for (RtPlan *p = comm->g->plans; p; p = p->next)
+    for (int i = 0; i < 4 && !strcmp(p->coll, coll); i++) {
+      Variant *v = p->v[i / 2][i % 2];
+      if (v && v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
+    }
   if (*blocks >= 0) return resccl_success;
   *blocks = 0;
   return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
+}
+
+/* The form of plan p that runs a call of `bytes` (nccl-tests' size), or NULL. */
+static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
+  Variant *const *f = p->v[inplace];
+  return f[1] && bytes >= p->conf.ce_from ? f[1] : f[0];
+}
+
+resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t bytes, int *blocks) {
+  if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
+  *blocks = 0;
+  const RtPlan *p = plan_for(comm->g, coll, bytes);
+  Variant *v = p ? form_for(p, 0, bytes) : NULL;
+  if (p && !v) v = form_for(p, 1, bytes);
+  if (!v) return rt_fail(resccl_invalid_usage, "no %s plan loaded for %zu bytes", coll, bytes);
+  *blocks = v->ntb[comm->rank] * v->nblk;
+  return resccl_success;
 }
 
 resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
@@ -818,7 +849,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   size_t bytes = count * es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1); /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
-  Variant *v = p->v[inplace];
+  Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   if (v->even && count % (size_t)v->chunks)
     return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",

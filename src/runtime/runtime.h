@@ -24,11 +24,12 @@ typedef struct {
   int nmicro;         /* micro-batches per call; 0: from tile_bytes */
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
   double timeout_s;   /* a wait longer than this stops the call; 0 = never */
+  size_t ce_from;     /* calls of this many bytes or more run a placement's copy-engine form, where the plan has one */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
 /* RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
-   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_TRACE. */
+   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_CE_FROM (bytes), RESCCL_TRACE. */
 void rt_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
