@@ -136,6 +136,7 @@ typedef struct {
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
   int nce, *ce;       /* copy-engine copies, 7 numbers each: src rbuf ridx dst wbuf widx cnt */
+  volatile int *stop; /* the group's stop flag as the GPUs see it */
   char *src;
   struct {
     CUmodule mod;
@@ -198,10 +199,11 @@ void rt_conf_env(RtConf *c) {
   c->direct = env_int("RESCCL_DIRECT", 1);
   /* On 2xH200 copy-engine all-gathers and all-to-alls moved less than 32
      blocks' below 16 MiB (two barrier kernels and a copy's start cost about
-     20 us: 127 against 174 GB/s at 8 MiB), as much up to 64 MiB, and 5-14%
-     more from 128 MiB, with no block (BENCHMARKS.md). */
+     20 us: 127 against 174 GB/s at 8 MiB), about as much from 16 to 64 MiB
+     but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
+     from 128 MiB, with no block (BENCHMARKS.md). */
   const char *cf = getenv("RESCCL_CE_FROM");
-  c->ce_from = cf && *cf ? strtoull(cf, NULL, 0) : (size_t)16 << 20;
+  c->ce_from = cf && *cf ? strtoull(cf, NULL, 0) : (size_t)64 << 20;
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -570,6 +572,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.block_tbi = dtab + 3 * nb;
     run.started = dstarted;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
+    v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
     CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
     v->dev[d].nblocks = nb;
@@ -935,7 +938,7 @@ static resccl_result_t ce_sync(const Call *c) {
   memset(&s, 0, sizeof s);
   for (int d = 0; d < g->ndevs; d++) s.word[d] = v->dev[d].word;
   s.me = c->comm->d, s.ndev = g->ndevs, s.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
-  CU(cudaHostGetDevicePointer((void **)&s.stop, g->stop, 0));
+  s.stop = v->stop;
   void *params[] = {&s};
   CUDRV(drv.launch(v->dev[s.me].sync, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL));
   return resccl_success;
