@@ -98,12 +98,14 @@ __device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
 }
 
 /* One thread: the copy-engine barrier (cuda_abi.h's RxSync). Stream order
-   put everything before it on this GPU done; the fence publishes that
+   put everything before it on this GPU done; the fence publishes that, and
+   the zeroed flags (the barrier before a call's copies is given them),
    before the count does. Past the timeout it raises the stop flag. */
 extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
   volatile unsigned *mine = s.word[s.me];
   unsigned c = *mine + 1, spins = 0;
   unsigned long long t0 = rx_clock_ns();
+  for (int f = 0; f < s.nflags; f++) ((volatile unsigned *)s.flags)[f] = 0;
   __threadfence_system();
   *mine = c;
   for (int d = 0; d < s.ndev; d++)
@@ -371,6 +373,18 @@ __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
   __syncthreads();
 }
 
+/* Wait until the copy engine has put micro-batch m of the copy with flag f
+   (tballoc.c's offload): its stream posts m + 1 after each. */
+__device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
+  unsigned spins = 0;
+  unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
+  if (threadIdx.x == 0)
+    while (*(volatile unsigned *)x->run->ceflag[f] < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
+    }
+  if (t0) rx_trace(x, 0, t0);
+  __syncthreads();
+}
+
 __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -629,6 +643,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_AT(i) (x->prim = (i))
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
+#define RX_CE_WAIT(f) rx_ce_wait(x, f, m)
 #define RX_SEND(c, b, i, n) RX_TRACED(rx_send(x, c, b, i, -1, 0, n, m))
 #define RX_RECV(c, b, i, n) RX_TRACED(rx_recv(x, c, -1, -1, 0, b, i, n, 0, m))
 #define RX_PUT(c, p, b, i, db, di, n, l) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m))

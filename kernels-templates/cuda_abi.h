@@ -57,6 +57,8 @@ typedef struct RxRun {
   unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
                               calls, [3b+2]: units its TB's blocks took in them */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
+  unsigned *const *ceflag; /* per copy-engine flag, in its copy's source GPU's memory: micro-batches put in this
+                              call (the copy stream posts it; the barrier before the next call zeroes it) */
   unsigned long long *trace; /* RESCCL_TRACE: per block RX_TRACE_WORDS words, the last call's events; or NULL */
 } RxRun;
 
@@ -91,7 +93,8 @@ typedef struct RxArgs {
 #define RX_MAXDEVS 64
 typedef struct RxSync {
   unsigned *word[RX_MAXDEVS]; /* per GPU of the plan, in its memory */
-  int me, ndev;
+  unsigned *flags;            /* this GPU's copy-engine flags (RxRun.ceflag), zeroed before a call's copies */
+  int me, ndev, nflags;
   volatile int *stop;         /* RxRun.stop */
   unsigned long long timeout_ns;
 } RxSync;

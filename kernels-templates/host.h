@@ -25,7 +25,7 @@
 #endif
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
-enum { RX_WAIT_NONE, RX_WAIT_FLAG, RX_WAIT_DATA, RX_WAIT_SPACE };
+enum { RX_WAIT_NONE, RX_WAIT_FLAG, RX_WAIT_DATA, RX_WAIT_SPACE, RX_WAIT_CE };
 
 /* A counter threads wait on; `sleepers` lets the writer skip the wake call. */
 typedef struct {
@@ -44,6 +44,7 @@ typedef struct RxRun {
   char **buf;              /* buf[rank * 3 + RX_INPUT/OUTPUT/SCRATCH] */
   RxFifo *fifo;            /* per connection */
   RxWord *flag;            /* per flag: micro-batches finished */
+  RxWord *ceflag;          /* per copy-engine flag: micro-batches the copy has put */
   void (*reduce)(void *dst, const void *src, size_t n);
   void (*post)(void *dst, size_t n, int nranks); /* avg's division of a completed value, or NULL */
   _Atomic uint32_t progress; /* bumped on every step of every thread */
@@ -128,6 +129,15 @@ static inline int rx_wait(RxCtx *x, int f, int m) {
 }
 
 static inline void rx_post(RxCtx *x, int f, int m) { rx_set(&x->run->flag[f], (uint32_t)m + 1); }
+
+/* Wait until the copy engine has put micro-batch m of the copy with flag f. */
+static inline int rx_ce_wait(RxCtx *x, int f, int m) {
+  RxWord *w = &x->run->ceflag[f];
+  uint32_t v;
+  while ((v = atomic_load_explicit(&w->v, memory_order_acquire)) < (uint32_t)m + 1)
+    if (rx_block(x, w, v, RX_WAIT_CE, f)) return 1;
+  return 0;
+}
 
 /* Wait for a free slot of connection c; returns its address or NULL on abort. */
 static inline char *rx_slot_out(RxCtx *x, int c) {
@@ -283,6 +293,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_FOR_M for (int m = (x->m = 0); m < x->run->nmicro; m = ++x->m)
 #define RX_AT(i) (x->at = (i))
 #define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
+#define RX_CE_WAIT(f) do { if (rx_ce_wait(x, f, m)) return; } while (0)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, -1, 0, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)

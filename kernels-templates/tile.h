@@ -110,19 +110,19 @@ RX_TILE_FN void rx_span(size_t N, size_t C, size_t M, size_t esize, int idx, int
   *n = (s + (size_t)cnt) * len / C - s * len / C;
 }
 
-/* A copy-engine copy of chunks [sidx, sidx + cnt) to [didx, didx + cnt) in
-   every micro-batch, as contiguous runs: from micro-batch *m on, the next
-   run is *n elements from *slo to *dlo (whole blocks of chunks make one).
-   Returns 0 when no run is left. */
+/* A copy-engine copy of chunks [sidx, sidx + cnt) to [didx, didx + cnt),
+   micro-batches *m to end - 1 of M, as contiguous runs: the next run is *n
+   elements from *slo to *dlo (whole blocks of chunks make one). Returns 0
+   when no run is left. */
 RX_TILE_FN int rx_ce_run(size_t N, size_t C, size_t M, size_t esize, int sidx, int didx, int cnt, size_t *m,
-                         size_t *slo, size_t *dlo, size_t *n) {
+                         size_t end, size_t *slo, size_t *dlo, size_t *n) {
   size_t a, b, k;
-  for (*n = 0; *m < M && *n == 0; ++*m) {
+  for (*n = 0; *m < end && *n == 0; ++*m) {
     rx_span(N, C, M, esize, sidx, cnt, (int)*m, slo, n);
     rx_span(N, C, M, esize, didx, cnt, (int)*m, dlo, &k);
   }
   if (*n == 0) return 0;
-  for (; *m < M; ++*m) {
+  for (; *m < end; ++*m) {
     rx_span(N, C, M, esize, sidx, cnt, (int)*m, &a, &k);
     rx_span(N, C, M, esize, didx, cnt, (int)*m, &b, &k);
     if (k && (a != *slo + *n || b != *dlo + *n)) break;

@@ -18,7 +18,8 @@
 **   conns 2                        (then one "src dst" line each)
 **   flags 2                        (then one line each: the rank that holds it)
 **   copies 0                       (copy-engine copies, tballoc.c's offload; then one
-**                                   "src rbuf ridx dst wbuf widx cnt" line each)
+**                                   "src rbuf ridx dst wbuf widx cnt flag" line each,
+**                                   flag -1 where no reduction waits for it)
 **   source 12345                   (then exactly that many bytes of CUDA)
 */
 #include <stdlib.h>
@@ -59,7 +60,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
   buf_printf(out, "copies %d\n", pl->nce);
   for (int i = 0; i < pl->nce; i++) {
     const CeCopy *c = &pl->ce[i];
-    buf_printf(out, "%d %d %d %d %d %d %d\n", c->src, c->rbuf, c->ridx, c->dst, c->wbuf, c->widx, c->cnt);
+    buf_printf(out, "%d %d %d %d %d %d %d %d\n", c->src, c->rbuf, c->ridx, c->dst, c->wbuf, c->widx, c->cnt, c->flag);
   }
   buf_printf(out, "source %zu\n", src.n);
   buf_add(out, src.s, src.n);

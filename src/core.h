@@ -269,6 +269,7 @@ typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
   uint8_t direct; /* a (copy-)send that writes straight into the receiver's buffer, and its receive */
   uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
+  uint8_t ce;     /* 1: a reduction whose input the copy engine puts (tballoc's offload): it waits for the copy */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -301,9 +302,11 @@ typedef struct {
 
 /* A copy the copy engine makes instead of a TB (tballoc.c's offload): cnt
    chunks from (src, rbuf, ridx) to (dst, wbuf, widx) in every micro-batch,
-   task `task` of the DAG; src == dst for a local copy. */
+   task `task` of the DAG; src == dst for a local copy. Flags number the
+   copies a reduction waits for, from 0. */
 typedef struct {
   int task, src, dst, ridx, widx, cnt;
+  int flag; /* posted after each micro-batch for the reduction that waits for it (Prim.ce), or -1 */
   uint8_t rbuf, wbuf;
 } CeCopy;
 
@@ -339,7 +342,7 @@ typedef struct {
   int buffered;          /* 1: deadlock-free only if every connection buffers BUFFERED_TILES tiles (hand-placed or
                             merged TBs); executors refuse smaller FIFOs */
   CeCopy *ce;            /* copies on the copy engine, by source rank then pipeline order */
-  int nce;
+  int nce, nceflags;
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */

@@ -74,7 +74,12 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
     break;
   case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
   case PR_RRC:
-    if (p->direct)
+    if (p->ce) { /* the copy engine put it where it is: wait for the copy, reduce into it (its operand) */
+      int f = 0;
+      while (pl->ce[f].task != p->tin) f++;
+      call(b, "RX_CE_WAIT", "i", pl->ce[f].flag);
+      call(b, "RX_REDUCE", "bibibiii", p->ubuf, p->uidx, p->wbuf, p->widx, p->wbuf, p->widx, p->cnt, done);
+    } else if (p->direct)
       call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, in_pieces(p), done);
     else
       call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);

@@ -84,6 +84,38 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* Copy-engine copies (tballoc.c's offload) of one source rank, as the
+   copy engine makes them: micro-batch by micro-batch when a reduction
+   waits for them (flag > -1, posted after each), else `whole` at once. */
+typedef struct {
+  const Plan *pl;
+  RxRun *run;
+  int src, flagged;
+  pthread_t th;
+} CeWorker;
+
+static void ce_copy(const RxRun *run, const CeCopy *c, size_t m, size_t end) {
+  size_t slo, dlo, n, es = run->esize;
+  while (rx_ce_run(run->count, (size_t)run->chunks, (size_t)run->nmicro, es, c->ridx, c->widx, c->cnt, &m, end, &slo,
+                   &dlo, &n))
+    memmove(run->buf[c->dst * 3 + c->wbuf] + dlo * es, run->buf[c->src * 3 + c->rbuf] + slo * es, n * es);
+}
+
+static void *ce_worker(void *arg) {
+  CeWorker *w = arg;
+  for (int i = 0; i < w->pl->nce; i++) {
+    const CeCopy *c = &w->pl->ce[i];
+    if (c->src != w->src || (c->flag >= 0) != w->flagged) continue;
+    for (int m = 0; c->flag >= 0 && m < w->run->nmicro; m++) {
+      ce_copy(w->run, c, (size_t)m, (size_t)m + 1);
+      rx_set(&w->run->ceflag[c->flag], (uint32_t)m + 1);
+      atomic_fetch_add(&w->run->progress, 1);
+    }
+    if (c->flag < 0) ce_copy(w->run, c, 0, (size_t)w->run->nmicro);
+  }
+  return NULL;
+}
+
 static int write_file(const char *path, const char *s, size_t n) {
   FILE *f = fopen(path, "w");
   if (!f) return 0;
@@ -157,6 +189,7 @@ static void stuck_report(const Plan *pl, Worker *w, int nw, Err *e) {
     buf_printf(&b, "%srank %d tb %d %s (%s) micro-batch %d waits for ", shown ? "; " : "", x->rank, x->tb,
                prim_name(p->kind), at, x->m);
     if (x->wait_kind == RX_WAIT_FLAG) buf_printf(&b, "flag %d", x->wait_id);
+    else if (x->wait_kind == RX_WAIT_CE) buf_printf(&b, "copy-engine flag %d", x->wait_id);
     else buf_printf(&b, "%s on rank %d -> rank %d", x->wait_kind == RX_WAIT_DATA ? "data" : "FIFO space",
                     pl->conn[x->wait_id].src, pl->conn[x->wait_id].dst);
     shown++;
@@ -205,6 +238,7 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   run.fifo = xcalloc((size_t)pl->nconn + 1, sizeof *run.fifo);
   for (int c = 0; c < pl->nconn; c++) run.fifo[c].slots = xmalloc((size_t)run.nslots * run.slot_bytes);
   run.flag = xcalloc((size_t)pl->nflags + 1, sizeof *run.flag);
+  run.ceflag = xcalloc((size_t)pl->nceflags + 1, sizeof *run.ceflag);
 
   Worker *w = xcalloc((size_t)pl->ntbs + 1, sizeof *w);
   pthread_attr_t attr;
@@ -223,7 +257,21 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
       }
       nw++;
     }
+  /* Those a reduction waits for, beside the TBs. */
+  CeWorker *cw = xcalloc((size_t)R, sizeof *cw);
+  int ncw = 0;
+  for (int r = 0; r < R && rc == RC_OK && pl->nceflags; r++) {
+    cw[ncw] = (CeWorker){pl, &run, r, 1, 0};
+    if (pthread_create(&cw[ncw].th, &attr, ce_worker, &cw[ncw]) != 0) {
+      atomic_store(&run.abort, 1);
+      rc = err_set(e, RC_EEXEC, "cannot start a copy thread");
+      break;
+    }
+    ncw++;
+  }
   for (int i = 0; i < nw; i++) pthread_join(w[i].th, NULL);
+  for (int i = 0; i < ncw; i++) pthread_join(cw[i].th, NULL);
+  free(cw);
   res->ms = now_ms() - t0;
   pthread_attr_destroy(&attr);
   if (rc == RC_OK && atomic_load(&run.abort)) {
@@ -238,19 +286,17 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
       rc = err_set(e, RC_EEXEC, "connection %d: %u pieces sent, %u taken (its two ends cut tiles differently)", c,
                    sent, taken);
   }
-  /* Copy-engine copies (tballoc.c's offload), after the TBs: their
+  /* The copy-engine copies nothing waits for, after the TBs: their
      conditions make any time as good, and one that depended on the TBs would
      then read or be overwritten by what they wrote, and fail the check. */
-  for (int i = 0; rc == RC_OK && i < pl->nce; i++) {
-    const CeCopy *c = &pl->ce[i];
-    size_t m = 0, slo, dlo, n;
-    while (rx_ce_run(N, (size_t)C, (size_t)o->nmicro, es, c->ridx, c->widx, c->cnt, &m, &slo, &dlo, &n))
-      memmove(run.buf[c->dst * 3 + c->wbuf] + dlo * es, run.buf[c->src * 3 + c->rbuf] + slo * es, n * es);
+  for (int r = 0; rc == RC_OK && r < R; r++) {
+    CeWorker after = {pl, &run, r, 0, 0};
+    ce_worker(&after);
   }
 
   if (rc == RC_OK) data_check(pl, o, run.buf, res);
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);
   for (int c = 0; c < pl->nconn; c++) free(run.fifo[c].slots);
-  free(run.buf), free(run.fifo), free(run.flag), free(w);
+  free(run.buf), free(run.fifo), free(run.flag), free(run.ceflag), free(w);
   return rc;
 }

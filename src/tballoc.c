@@ -479,6 +479,19 @@ static int alone(const Plan *pl, const Prim *p, int reads, int writes) {
   return 1;
 }
 
+/* Whether every other primitive of q's rank that touches what q writes
+   runs after q: later in q's TB, or waiting for q's flag. */
+static int first_there(const Plan *pl, const Prim *q) {
+  for (int k = pl->rank_off[q->rank]; k < pl->rank_off[q->rank + 1]; k++) {
+    const Prim *r = &pl->p[pl->rank_prims[k]];
+    if (r == q || !prim_touches(r, q->wbuf, q->widx, q->cnt, 0) || (r->tb == q->tb && r->seq > q->seq)) continue;
+    int waits = 0;
+    for (int j = r->wait_off; j < r->wait_off + r->nwaits && !waits; j++) waits = &pl->p[pl->wait[j]] == q;
+    if (!waits) return 0;
+  }
+  return 1;
+}
+
 static int lendable(const Plan *pl, int i) {
   const Prim *p = &pl->p[i];
   return (p->kind == PR_COPY || (p->kind == PR_CS && p->direct)) && !p->nwaits && p->flag < 0 && alone(pl, p, 1, 1);
@@ -548,18 +561,21 @@ static void lend(Plan *pl) {
 ** Offload (Options.ce). What lending could run anywhere can run on the copy
 ** engine instead, with no TB at all: a local copy, and a direct send (or
 ** copy-send) that waits for nothing, that nothing waits for and that reads
-** what no primitive of its rank writes, whose receive is a plain receive
-** that waits for nothing, that nothing waits for and whose destination no
-** other primitive of the receiver touches. Both ends leave the TBs (so does
-** a TB left empty); the runtime makes the copy beside the kernel and the
-** call ends when both have. A copy engine pushes 397 GB/s over 2xH200's
-** NVLink where 8 pushing blocks reach 356 (nccl.md), and a block that also
-** copies locally pushes half as fast; an all-gather on two ranks then needs
-** no TB.
+** what no primitive of its rank writes. Its receive, when a plain receive
+** that waits for nothing and that nothing waits for, leaves the TBs too
+** (so does a TB left empty), and no other primitive of the receiver may
+** touch the destination; when a reduction of what lands, it stays and waits
+** for the copy instead (a flag the copy stream posts per micro-batch), then
+** reduces locally, and what else touches the destination must come after
+** it (later in its TB, or waiting for its flag). The runtime makes the copies beside the
+** kernel and the call ends when both have. A copy engine pushes 397 GB/s
+** over 2xH200's NVLink where 8 pushing blocks reach 356 (nccl.md), and a
+** block that also copies locally pushes half as fast; an all-gather on two
+** ranks then needs no TB, a reduce-scatter only its reducing ones.
 */
-static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to) {
+static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to, int flag) {
   CeCopy c = {.task = task, .src = from->rank, .dst = to->rank, .ridx = from->ridx, .widx = to->widx,
-              .cnt = from->cnt, .rbuf = from->rbuf, .wbuf = to->wbuf};
+              .cnt = from->cnt, .flag = flag, .rbuf = from->rbuf, .wbuf = to->wbuf};
   VEC_PUSH(pl->ce, pl->nce, *cap, c);
 }
 
@@ -571,17 +587,19 @@ static void offload(Plan *pl) {
       int i = pl->rank_prims[k];
       const Prim *p = &pl->p[i], *q = NULL;
       if (p->nwaits || p->flag >= 0 || p->join) continue;
+      int fed = 0; /* q reduces what the copy puts */
       if (p->kind == PR_SEND || p->kind == PR_CS) {
         q = &pl->p[pl->task_recv[p->tout]];
-        if (!p->direct || q->kind != PR_RECV || q->nwaits || q->flag >= 0 || q->join || !alone(pl, q, 0, 1) ||
-            !alone(pl, p, 1, p->kind == PR_CS))
-          continue;
-        out[q - pl->p] = 1;
+        int plain = q->kind == PR_RECV && !q->nwaits && q->flag < 0 && !q->join && alone(pl, q, 0, 1);
+        fed = q->kind == PR_RRC && first_there(pl, q);
+        if (!p->direct || !(plain || fed) || !alone(pl, p, 1, p->kind == PR_CS)) continue;
+        if (plain) out[q - pl->p] = 1;
       } else if (p->kind != PR_COPY || !alone(pl, p, 1, 1)) {
         continue;
       }
-      if (p->kind != PR_SEND) ce_add(pl, &cap, p->tin, p, p); /* the local copy */
-      if (q) ce_add(pl, &cap, p->tout, p, q);
+      if (p->kind != PR_SEND) ce_add(pl, &cap, p->tin, p, p, -1); /* the local copy */
+      if (q) ce_add(pl, &cap, p->tout, p, q, fed ? pl->nceflags++ : -1);
+      if (fed) pl->p[q - pl->p].ce = 1, pl->p[q - pl->p].cin = -1;
       out[i] = 1;
     }
   if (!pl->nce) return free(out);

@@ -19,7 +19,10 @@ done
 "$bin" compile "$src"/algorithms/allreduce_ring.lua ranks=4 --tb merge --emit cuda >"$tmp/merged.cu"
 "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/merged.o" "$tmp/merged.cu"
 echo "compiled allreduce_ring (ranks=4, --tb merge) for sm_90"
-# The copy engine takes every copy of a two-rank all-gather: ranks with no TB.
-"$bin" compile "$src"/algorithms/allgather_ring.lua ranks=2 --ce --emit cuda >"$tmp/ce.cu"
-"$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/ce.o" "$tmp/ce.cu"
-echo "compiled allgather_ring (ranks=2, --ce: no TBs) for sm_90"
+# The copy engine takes every copy of a two-rank all-gather (ranks with no
+# TB) and a reduce-scatter's puts (its reductions wait for them).
+for name in allgather_ring reducescatter_ring; do
+  "$bin" compile "$src/algorithms/$name.lua" ranks=2 --ce --emit cuda >"$tmp/ce-$name.cu"
+  "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/ce-$name.o" "$tmp/ce-$name.cu"
+  echo "compiled $name (ranks=2, --ce) for sm_90"
+done

@@ -19,6 +19,7 @@ if [ "$mode" = build ]; then
     "$bin" compile "$alg" $args --plan "$tmp/$name.plan"
   done
   "$bin" compile "$src/algorithms/allgather_ring.lua" ranks=2 --ce --plan "$tmp/allgather-ce.plan" # no TBs
+  "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks=2 --ce --plan "$tmp/reducescatter-ce.plan"
   exec "$test" build "$tmp"/*.plan
 fi
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
@@ -28,8 +29,11 @@ for c in allreduce allgather reducescatter; do
   "$bin" compile "$src/algorithms/${c}_ring.lua" ranks="$ranks" --plan "$tmp/$c.plan"
 done
 "$bin" compile "$src/algorithms/alltoall_direct.lua" ranks="$ranks" --plan "$tmp/alltoall.plan"
-# With --ce (on two ranks every copy of these leaves the TBs; an all-to-all's always does).
+# With --ce: on two ranks every copy of an all-gather leaves the TBs (an all-to-all's always do), and
+# the reductions of a reduce-scatter and an all-reduce wait for the copy engine's puts.
 "$bin" compile "$src/algorithms/allgather_ring.lua" ranks="$ranks" --ce --plan "$tmp/allgather-ce.plan"
 "$bin" compile "$src/algorithms/alltoall_direct.lua" ranks="$ranks" --ce --plan "$tmp/alltoall-ce.plan"
+"$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --ce --plan "$tmp/reducescatter-ce.plan"
+"$bin" compile "$src/algorithms/allreduce_ring.lua" ranks="$ranks" --ce --plan "$tmp/allreduce-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$((ranks + 1)) --plan "$tmp/other-ranks.plan"
 RANKS=$ranks exec "$test" run "$tmp"

@@ -459,7 +459,7 @@ static int ce_runs(int sidx, int didx, int cnt, size_t *total, size_t *first_n) 
   size_t m = 0, slo, dlo, n;
   int runs = 0;
   *total = 0;
-  while (rx_ce_run(64, 2, 4, 4, sidx, didx, cnt, &m, &slo, &dlo, &n)) {
+  while (rx_ce_run(64, 2, 4, 4, sidx, didx, cnt, &m, 4, &slo, &dlo, &n)) {
     if (!runs) *first_n = n;
     size_t lo, k;
     rx_span(64, 2, 4, 4, sidx, cnt, 0, &lo, &k);

@@ -9,8 +9,10 @@
 ** against a reference computed here, a second call on the same plan (the
 ** counters run on), an all-reduce captured into CUDA graphs and replayed
 ** between direct calls, plans whose copies the copy engine makes
-** (allgather-ce.plan, alltoall-ce.plan; an all-to-all of them captured and
-** replayed too), bad arguments (error codes and messages), and, with
+** (allgather-ce.plan, alltoall-ce.plan, and reducescatter-ce.plan and
+** allreduce-ce.plan, whose reductions wait for those copies; an all-to-all
+** and an all-reduce of them captured and replayed too), bad arguments
+** (error codes and messages), and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
 */
@@ -315,10 +317,12 @@ int main(int argc, char **argv) {
     if (c == 0) graph_replay("allreduce", 1 << 20);
   }
   /* Plans compiled with --ce: what waits for nothing goes to the copy
-     engine (all of it, for a two-rank all-gather and any all-to-all); a rank
-     called alone is refused, since the copies need every rank's buffers. */
-  static const char *const ce_colls[] = {"allgather", "alltoall"};
-  for (int c = 0; c < 2; c++) {
+     engine (all of it, for a two-rank all-gather and any all-to-all; the
+     puts that a reduce-scatter's or an all-reduce's reductions wait for); a
+     rank called alone is refused, since the copies need every rank's
+     buffers. */
+  static const char *const ce_colls[] = {"allgather", "alltoall", "reducescatter", "allreduce"};
+  for (int c = 0; c < 4; c++) {
     snprintf(path, sizeof path, "%s/%s-ce.plan", argv[2], ce_colls[c]);
     resccl_result_t rc = resccl_plan_load(comm[0], path);
     CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
@@ -331,6 +335,7 @@ int main(int argc, char **argv) {
       collective(ce_colls[c], 4099, inplace, 3);
       collective(ce_colls[c], 1 << 20, inplace, 2);
     }
+    if (c == 3) graph_replay("allreduce", 1 << 20); /* copy-engine flags zeroed on the GPU between replays */
     if (c == 1) {
       graph_replay("alltoall", 1 << 18);
       float *buf;

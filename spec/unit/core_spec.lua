@@ -239,14 +239,30 @@ describe("copy-engine copies", function()
     end
   end)
 
-  it("leave what another primitive waits for or reduces on the TBs", function()
-    -- a ring's received chunk is sent on; a reduce-scatter's receive reduces
-    for name, ranks in pairs { allgather_ring = 4, reducescatter_ring = 2, allreduce_ring = 2 } do
-      local p = plan(name, ranks)
-      assert.equal(0, p:report().ce_copies)
-      assert.equal(plan(name, ranks, false, false):report().tbs_total, p:report().tbs_total)
-      assert.equal(0, assert(p:exec { count = 4099, nmicro = 3 }).wrong)
+  it("put what a reduction takes in, the reduction waiting for each micro-batch", function()
+    for name, c in pairs { reducescatter_ring = { 2, 2 }, allreduce_ring = { 2, 4 }, allreduce_allpairs = { 2, 2 } } do
+      for _, inplace in ipairs { false, true } do
+        local p = plan(name, 2, inplace)
+        local r = p:report()
+        if not inplace then -- in place the put cannot land where the reduction writes: its operand is there
+          assert.equal(c[1], r.ce_copies)
+          assert.equal(c[2], r.tbs_total)
+          assert.truthy(p:emit("host"):find("RX_CE_WAIT(", 1, true))
+        end
+        -- the host executor makes these copies beside the TBs, a micro-batch at a time
+        for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i32" } } do
+          assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3] }).wrong)
+        end
+      end
     end
+  end)
+
+  it("leave what another primitive waits for on the TBs", function()
+    -- a four-rank ring's received chunk is sent on
+    local p = plan("allgather_ring", 4)
+    assert.equal(0, p:report().ce_copies)
+    assert.equal(plan("allgather_ring", 4, false, false):report().tbs_total, p:report().tbs_total)
+    assert.equal(0, assert(p:exec { count = 4099, nmicro = 3 }).wrong)
   end)
 end)
 

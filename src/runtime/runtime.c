@@ -90,15 +90,17 @@ static struct {
                      void **, void **);
   CUresult (*occupancy)(int *, CUfunction, int, size_t);
   CUresult (*error_string)(CUresult, const char **);
+  CUresult (*write_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned); /* cuStreamWriteValue32 */
 } drv;
 
 static resccl_result_t drv_open(void) {
   if (drv.launch) return resccl_success;
   static const char *const names[] = {"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
-                                      "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuGetErrorString"};
+                                      "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuGetErrorString",
+                                      "cuStreamWriteValue32"};
   void **slots[] = {(void **)&drv.load, (void **)&drv.unload, (void **)&drv.function, (void **)&drv.launch,
-                    (void **)&drv.occupancy, (void **)&drv.error_string};
-  for (int i = 0; i < 6; i++) {
+                    (void **)&drv.occupancy, (void **)&drv.error_string, (void **)&drv.write_value};
+  for (int i = 0; i < 7; i++) {
     enum cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion(names[i], &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn) {
@@ -135,7 +137,9 @@ typedef struct {
   int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
-  int nce, *ce;       /* copy-engine copies, 7 numbers each: src rbuf ridx dst wbuf widx cnt */
+  int nce, *ce;       /* copy-engine copies, 8 numbers each: src rbuf ridx dst wbuf widx cnt flag */
+  int nceflags;
+  unsigned **ceflag;  /* per copy-engine flag: where it is (in its copy's source GPU) */
   volatile int *stop; /* the group's stop flag as the GPUs see it */
   char *src;
   struct {
@@ -147,6 +151,8 @@ typedef struct {
     cudaEvent_t start, *ce_done; /* the copies' start on this GPU's stream; a copy stream's end */
     CUfunction sync;  /* rx_ce_sync, and its count of barriers in this GPU's memory */
     unsigned *word;
+    unsigned *flags;  /* the copy-engine flags of copies from this GPU */
+    int nflags;
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
     int *tab;         /* host copy of the block tables (rank, TB, channel, TB index), for the trace */
   } dev[MAXDEV];
@@ -326,7 +332,7 @@ static void variant_free(Group *g, Variant *v) {
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
   free(v->allocs), free(v->scratch), free(v->scratch_bytes);
-  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->ce), free(v->src), free(v);
+  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->ce), free(v->ceflag), free(v->src), free(v);
 }
 
 static int read_ints(FILE *f, const char *key, int *out, int n) {
@@ -367,15 +373,16 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   for (int i = 0; i < v->nflags; i++)
     if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
   if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
-  v->ce = malloc(sizeof(int) * (7 * (size_t)v->nce + 1));
+  v->ce = malloc(sizeof(int) * (8 * (size_t)v->nce + 1));
   for (int i = 0; i < v->nce; i++) {
-    int *c = &v->ce[7 * i];
-    for (int k = 0; k < 7; k++)
+    int *c = &v->ce[8 * i];
+    for (int k = 0; k < 8; k++)
       if (fscanf(f, " %d", &c[k]) != 1) BAD("copies");
     if ((unsigned)c[0] >= (unsigned)v->nranks || (unsigned)c[3] >= (unsigned)v->nranks || (unsigned)c[1] > 2 ||
         (unsigned)c[4] > 2 || c[2] < 0 || c[5] < 0 || c[6] < 1 || c[2] > v->bufchunks[c[1]] - c[6] ||
-        c[5] > v->bufchunks[c[4]] - c[6])
+        c[5] > v->bufchunks[c[4]] - c[6] || c[7] < -1 || c[7] >= v->nce)
       BAD("copies");
+    v->nceflags = c[7] >= v->nceflags ? c[7] + 1 : v->nceflags;
   }
   size_t n;
   if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
@@ -519,6 +526,20 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(g->comms[r].cudev));
     TRY(dev_alloc(v, &started[r], sizeof(unsigned) * (size_t)v->nranks));
   }
+  /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
+     it there, the reducing kernel polls it over the link, and the source's
+     barrier before the next call's copies zeroes it (ce_sync). */
+  v->ceflag = calloc((size_t)v->nceflags + 1, sizeof *v->ceflag);
+  if (!v->ceflag) return rt_fail(resccl_system_error, "out of memory");
+  for (int i = 0; i < v->nce; i++)
+    if (v->ce[8 * i + 7] >= 0) v->dev[g->comms[v->ce[8 * i]].d].nflags++;
+  for (int d = 0; d < g->ndevs; d++) {
+    if (!v->dev[d].nflags) continue;
+    CU(cudaSetDevice(g->dev[d]));
+    TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags));
+    for (int i = 0, k = 0; i < v->nce; i++)
+      if (v->ce[8 * i + 7] >= 0 && g->comms[v->ce[8 * i]].d == d) v->ceflag[v->ce[8 * i + 7]] = v->dev[d].flags + k++;
+  }
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
@@ -564,6 +585,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs));
     TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V));
     TRY(dev_alloc(v, &run.epoch, sizeof(unsigned) * 3 * (size_t)nb));
+    unsigned **dceflag;
+    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1)));
+    CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
+    run.ceflag = dceflag;
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 4 * (size_t)nb, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
@@ -584,7 +609,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
   for (int i = 0; i < v->nce && res == resccl_success; i++) {
-    int ds = g->comms[v->ce[7 * i]].d, dt = g->comms[v->ce[7 * i + 3]].d;
+    int ds = g->comms[v->ce[8 * i]].d, dt = g->comms[v->ce[8 * i + 3]].d;
     if (!v->dev[ds].ce) {
       v->dev[ds].ce = calloc((size_t)g->ndevs, sizeof(cudaStream_t));
       v->dev[ds].ce_done = calloc((size_t)g->ndevs, sizeof(cudaEvent_t));
@@ -931,13 +956,14 @@ static cudaError_t join_streams(Call *calls, int n, const int *first, int i, int
    buffer). After: a GPU's stream goes on only once every copy into its
    buffers, and out of them, is done. Kernels rather than events, so that
    GPUs whose streams are captured separately still order each other. */
-static resccl_result_t ce_sync(const Call *c) {
+static resccl_result_t ce_sync(const Call *c, int before) {
   Variant *v = c->v;
   Group *g = c->comm->g;
   RxSync s;
   memset(&s, 0, sizeof s);
   for (int d = 0; d < g->ndevs; d++) s.word[d] = v->dev[d].word;
   s.me = c->comm->d, s.ndev = g->ndevs, s.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
+  if (before) s.flags = v->dev[s.me].flags, s.nflags = v->dev[s.me].nflags;
   s.stop = v->stop;
   void *params[] = {&s};
   CUDRV(drv.launch(v->dev[s.me].sync, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL));
@@ -960,15 +986,20 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   memset(used, 0, sizeof used);
   size_t es = calls[i].esize, N = calls[i].count, M = (size_t)calls[i].nmicro, C = (size_t)v->chunks;
   for (int k = 0; k < v->nce; k++) {
-    const int *c = &v->ce[7 * k];
+    const int *c = &v->ce[8 * k];
     int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d;
     cudaStream_t st = v->dev[ds].ce[dt];
     CU(cudaSetDevice(g->dev[ds]));
     if (!used[ds][dt]) CU(cudaStreamWaitEvent(st, v->dev[ds].start, 0));
     used[ds][dt] = 1;
-    size_t m = 0, slo, dlo, len;
-    while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, &slo, &dlo, &len))
-      CU(cudaMemcpyAsync(of[c[3]]->buf[c[4]] + dlo * es, of[c[0]]->buf[c[1]] + slo * es, len * es, cudaMemcpyDefault, st));
+    /* One piece, or one per micro-batch with the flag a reduction waits for after each (its value the count). */
+    for (size_t mb = 0; mb < (c[7] >= 0 ? M : 1); mb++) {
+      size_t m = c[7] >= 0 ? mb : 0, slo, dlo, len;
+      while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, c[7] >= 0 ? mb + 1 : M, &slo, &dlo, &len))
+        CU(cudaMemcpyAsync(of[c[3]]->buf[c[4]] + dlo * es, of[c[0]]->buf[c[1]] + slo * es, len * es, cudaMemcpyDefault,
+                           st));
+      if (c[7] >= 0) CUDRV(drv.write_value((CUstream)st, (CUdeviceptr)v->ceflag[c[7]], (cuuint32_t)(mb + 1), 0));
+    }
   }
   for (int ds = 0; ds < g->ndevs; ds++)
     for (int dt = 0; dt < g->ndevs; dt++) {
@@ -1060,7 +1091,7 @@ static resccl_result_t launch(Call *calls, int n) {
        capture). */
     cudaError_t ce = join_streams(calls, n, first, i, 0);
     if (ce == cudaSuccess && c->v->nce) {
-      if ((rc = ce_sync(c)) != resccl_success) break;
+      if ((rc = ce_sync(c, 1)) != resccl_success) break;
       ce = cudaEventRecord(c->v->dev[d].start, c->stream);
     }
     if (ce != cudaSuccess) {
@@ -1088,7 +1119,7 @@ static resccl_result_t launch(Call *calls, int n) {
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (!lead[i] || !calls[i].v->nce) continue;
     int gd = calls[i].comm->g->dev[calls[i].comm->d];
-    rc = cudaSetDevice(gd) == cudaSuccess ? ce_sync(&calls[i])
+    rc = cudaSetDevice(gd) == cudaSuccess ? ce_sync(&calls[i], 0)
                                           : rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", gd);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) {
