@@ -346,6 +346,22 @@ int main(int argc, char **argv) {
       cudaFree(buf);
     }
   }
+  /* A plan file holds a placement's copy-engine form after its TB form;
+     calls from RESCCL_CE_FROM bytes run it (on two ranks an all-gather's
+     has no block). */
+  setenv("RESCCL_CE_FROM", "8192", 1);
+  snprintf(path, sizeof path, "%s/allgather.plan", argv[2]);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
+  unsetenv("RESCCL_CE_FROM");
+  int small = -1, large = -1;
+  resccl_call_blocks(comm[0], "allgather", 4 * (size_t)R, &small);
+  resccl_call_blocks(comm[0], "allgather", 4099 * 4 * (size_t)R, &large);
+  CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by size: %d, %d", small, large);
+  for (int inplace = 0; inplace < 2; inplace++) collective("allgather", 1, inplace, 1), collective("allgather", 4099, inplace, 2);
+  printf("allgather      by size       blocks %d below 8 KiB, %d from there\n", small, large);
+  /* The plain all-reduce again: the checks below call ranks alone. */
+  snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
   resccl_result_t rc = resccl_plan_load(comm[0], path);
   CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);
