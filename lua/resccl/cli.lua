@@ -250,7 +250,10 @@ end
 -- Write the runtime's plan file: one section per placement the algorithm
 -- supports, and after it the placement's copy-engine form where that one
 -- differs (the runtime runs it from RESCCL_CE_FROM bytes; --ce writes that
--- form alone, for every size); written whole or not at all.
+-- form alone, for every size); written whole or not at all. Not where a
+-- reduction that waits for the copy engine ends its chain: it starts on a
+-- micro-batch only once all of it has landed, and on 2xH200 such a
+-- reduce-scatter lost 5-17% from 256 to 512 MiB (BENCHMARKS.md).
 function M.write_plan(o, alg, prog, topo, path)
   local text = {}
   for _, inplace in ipairs { false, true } do
@@ -263,7 +266,8 @@ function M.write_plan(o, alg, prog, topo, path)
         opts.ce = true
         local ce, cerr = resccl.compile(prog, topo, opts)
         if cerr then error(cerr, 0) end
-        if ce:report().ce_copies > 0 then text[#text + 1] = ce:artifact() end
+        local r = ce:report()
+        if r.ce_copies > 0 and r.ce_ends == 0 then text[#text + 1] = ce:artifact() end
       end
     end
   end

@@ -27,6 +27,30 @@ describe("resccl", function()
     assert.matches("'compile' needs a FILE", err)
   end)
 
+  it("writes plan files with each placement's copy-engine form where it differs", function()
+    local path = os.tmpname()
+    local function sections(args)
+      local code, _, err = h.cli(args)
+      assert.equal(0, code, err)
+      local f = assert(io.open(path, "rb"))
+      local text = f:read "a"
+      f:close()
+      local found = {}
+      for place, copies in text:gmatch "placement (%S+)\n.-\ncopies (%d+)\n" do found[#found + 1] = place .. " " .. copies end
+      return table.concat(found, ", ")
+    end
+    -- a two-rank all-gather: the TB form, then one with no TB
+    assert.equal("out-of-place 0, out-of-place 4, in-place 0, in-place 2",
+      sections { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", path })
+    -- a reduce-scatter's reductions would wait for whole micro-batches to land: no second form
+    assert.equal("out-of-place 0, in-place 0",
+      sections { "compile", "algorithms/reducescatter_ring.lua", "ranks=2", "--plan", path })
+    -- --ce: that form alone
+    assert.equal("out-of-place 2, in-place 0",
+      sections { "compile", "algorithms/reducescatter_ring.lua", "ranks=2", "--ce", "--plan", path })
+    os.remove(path)
+  end)
+
   it("runs the default job: verified and executed, exit 0", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
     assert.equal(0, code)

@@ -240,13 +240,15 @@ describe("copy-engine copies", function()
   end)
 
   it("put what a reduction takes in, the reduction waiting for each micro-batch", function()
-    for name, c in pairs { reducescatter_ring = { 2, 2 }, allreduce_ring = { 2, 4 }, allreduce_allpairs = { 2, 2 } } do
+    -- copies, TBs, and reductions that wait for a copy and that nothing waits for
+    for name, c in pairs { reducescatter_ring = { 2, 2, 2 }, allreduce_ring = { 2, 4, 0 }, allreduce_allpairs = { 2, 2, 2 } } do
       for _, inplace in ipairs { false, true } do
         local p = plan(name, 2, inplace)
         local r = p:report()
         if not inplace then -- in place the put cannot land where the reduction writes: its operand is there
           assert.equal(c[1], r.ce_copies)
           assert.equal(c[2], r.tbs_total)
+          assert.equal(c[3], r.ce_ends)
           assert.truthy(p:emit("host"):find("RX_CE_WAIT(", 1, true))
         end
         -- the host executor makes these copies beside the TBs, a micro-batch at a time
