@@ -20,6 +20,7 @@
 ** resccl_comm_get_async_error reports resccl_timeout. Tuning: RESCCL_NCHANNELS
 ** (blocks per TB), RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES,
 ** RESCCL_TILE_BYTES (bytes of a chunk per micro-batch), RESCCL_NMICRO,
+** RESCCL_CE_FROM (bytes from which a plan's copy-engine form runs),
 ** RESCCL_NVRTC_OPTIONS (extra kernel compiler options), RESCCL_CACHE.
 */
 #ifndef RESCCL_H

@@ -378,9 +378,11 @@ __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
 __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0;
   unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     while (*(volatile unsigned *)x->run->ceflag[f] < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
     }
+    __threadfence(); /* the data is read after the flag */
+  }
   if (t0) rx_trace(x, 0, t0);
   __syncthreads();
 }

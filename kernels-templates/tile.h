@@ -113,7 +113,9 @@ RX_TILE_FN void rx_span(size_t N, size_t C, size_t M, size_t esize, int idx, int
 /* A copy-engine copy of chunks [sidx, sidx + cnt) to [didx, didx + cnt),
    micro-batches *m to end - 1 of M, as contiguous runs: the next run is *n
    elements from *slo to *dlo (whole blocks of chunks make one). Returns 0
-   when no run is left. */
+   when no run is left. Both ends move as many elements in a micro-batch
+   (a plan whose transfers change chunk position runs only counts that
+   split evenly: exec_check_sizes, the runtime's `even`). */
 RX_TILE_FN int rx_ce_run(size_t N, size_t C, size_t M, size_t esize, int sidx, int didx, int cnt, size_t *m,
                          size_t end, size_t *slo, size_t *dlo, size_t *n) {
   size_t a, b, k;

@@ -295,8 +295,8 @@ typedef struct {
   int fuse;          /* FUSE_NEVER; FUSE_AUTO: at task level only fusions that serialise
                         nothing (lower.c), and none that deadlock; FUSE_ALWAYS */
   ExecOrder order;   /* how each TB loops over micro-batches */
-  int ce;            /* 1: copies that wait for nothing and that nothing waits for go to the copy engine
-                        (tballoc.c's offload) */
+  int ce;            /* 1: copies and puts that wait for nothing go to the copy engine, where nothing
+                        waits for them or only the reduction of what they put (tballoc.c's offload) */
   Stage stop_after;  /* last stage to run */
 } Options;
 

@@ -287,8 +287,8 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
                    sent, taken);
   }
   /* The copy-engine copies nothing waits for, after the TBs: their
-     conditions make any time as good, and one that depended on the TBs would
-     then read or be overwritten by what they wrote, and fail the check. */
+     conditions make any time as good, and a copy whose destination a TB
+     reads or writes, or whose source a TB writes, then fails the check. */
   for (int r = 0; rc == RC_OK && r < R; r++) {
     CeWorker after = {pl, &run, r, 0, 0};
     ce_worker(&after);

@@ -479,6 +479,16 @@ static void test_ce_runs(void **state) {
   assert_int_equal(n, 8);
   assert_int_equal(ce_runs(2, 1, 1, &total, &n), 4); /* another chunk position: runs of either side's slabs */
   assert_int_equal(total, 32);
+  /* one micro-batch (a flagged copy's): micro-batch 2 of chunk 2 (block 1, first half) to chunk 1 */
+  size_t m = 2, slo, dlo, lo, k;
+  assert_true(rx_ce_run(64, 2, 4, 4, 2, 1, 1, &m, 3, &slo, &dlo, &n));
+  rx_span(64, 2, 4, 4, 2, 1, 2, &lo, &k);
+  assert_int_equal(slo, lo);
+  assert_int_equal(n, k);
+  rx_span(64, 2, 4, 4, 1, 1, 2, &lo, &k);
+  assert_int_equal(dlo, lo);
+  assert_int_equal(m, 3);
+  assert_false(rx_ce_run(64, 2, 4, 4, 2, 1, 1, &m, 3, &slo, &dlo, &n));
 }
 
 static void test_template(void **state) {

@@ -349,8 +349,11 @@ int main(int argc, char **argv) {
   /* A plan file holds a placement's copy-engine form after its TB form;
      calls from RESCCL_CE_FROM bytes run it (on two ranks an all-gather's
      has no block). */
-  setenv("RESCCL_CE_FROM", "8192", 1);
   snprintf(path, sizeof path, "%s/allgather.plan", argv[2]);
+  setenv("RESCCL_CE_FROM", "8X", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_CE_FROM"),
+        "RESCCL_CE_FROM=8X accepted");
+  setenv("RESCCL_CE_FROM", "8K", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
   unsetenv("RESCCL_CE_FROM");
   int small = -1, large = -1;

@@ -568,6 +568,7 @@ end
 
 function M.export(o)
   if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
+  if o.ce then return usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
   local alg, prog, topo = build(o)
   if o.inplace and not alg.inplace then
     error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)

@@ -25,6 +25,9 @@ describe("resccl", function()
     code, _, err = h.cli { "compile" }
     assert.equal(2, code)
     assert.matches("'compile' needs a FILE", err)
+    code, _, err = h.cli { "export", "algorithms/allgather_ring.lua", "--ce", "--msccl-xml", "-" }
+    assert.equal(2, code)
+    assert.matches("%-%-ce has no MSCCL form", err)
   end)
 
   it("writes plan files with each placement's copy-engine form where it differs", function()

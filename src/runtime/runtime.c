@@ -209,7 +209,14 @@ void rt_conf_env(RtConf *c) {
      but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
      from 128 MiB, with no block (BENCHMARKS.md). */
   const char *cf = getenv("RESCCL_CE_FROM");
-  c->ce_from = cf && *cf ? strtoull(cf, NULL, 0) : (size_t)64 << 20;
+  char *end = NULL;
+  c->ce_from = cf && *cf ? strtoull(cf, &end, 10) : (size_t)64 << 20;
+  c->ce_bad = 0;
+  if (end && *end) { /* K, M or G; anything else is refused at plan load */
+    int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
+    c->ce_bad = sh < 0 || end[1] || end == cf;
+    c->ce_from = c->ce_bad ? 0 : c->ce_from << sh;
+  }
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -374,15 +381,24 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
   if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
   v->ce = malloc(sizeof(int) * (8 * (size_t)v->nce + 1));
+  if (!v->ce) BAD("copies");
   for (int i = 0; i < v->nce; i++) {
     int *c = &v->ce[8 * i];
     for (int k = 0; k < 8; k++)
       if (fscanf(f, " %d", &c[k]) != 1) BAD("copies");
     if ((unsigned)c[0] >= (unsigned)v->nranks || (unsigned)c[3] >= (unsigned)v->nranks || (unsigned)c[1] > 2 ||
         (unsigned)c[4] > 2 || c[2] < 0 || c[5] < 0 || c[6] < 1 || c[2] > v->bufchunks[c[1]] - c[6] ||
-        c[5] > v->bufchunks[c[4]] - c[6] || c[7] < -1 || c[7] >= v->nce)
+        c[5] > v->bufchunks[c[4]] - c[6] || c[7] < -1 || c[7] >= v->nce || c[2] / v->chunks != (c[2] + c[6] - 1) / v->chunks ||
+        c[5] / v->chunks != (c[5] + c[6] - 1) / v->chunks) /* a copy stays in a block of chunks */
       BAD("copies");
-    v->nceflags = c[7] >= v->nceflags ? c[7] + 1 : v->nceflags;
+    v->nceflags += c[7] >= 0;
+  }
+  /* Flags are numbered 0, 1, ... once each, in any order. */
+  for (int i = 0; i < v->nce; i++) {
+    int fl = v->ce[8 * i + 7];
+    if (fl >= v->nceflags) BAD("copies");
+    for (int j = 0; j < i && fl >= 0; j++)
+      if (v->ce[8 * j + 7] == fl) BAD("copies");
   }
   size_t n;
   if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
@@ -659,10 +675,11 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
-      (conf->direct != 0 && conf->direct != 1))
+      (conf->direct != 0 && conf->direct != 1) || conf->ce_bad)
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
-                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
+                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0, "
+                   "RESCCL_CE_FROM a size in bytes, K, M or G)");
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
@@ -1029,7 +1046,8 @@ static resccl_result_t launch(Call *calls, int n) {
       }
   }
   /* Everything is checked before anything is launched: a half-launched call
-     would leave its kernels waiting for peers that never come. */
+     would leave its kernels waiting for peers that never come (a CUDA error
+     while queueing still can; the timeout then ends the kernels). */
   resccl_result_t rc = resccl_success;
   for (int i = 0; i < n && rc == resccl_success; i++) {
     Call *c = &calls[i];
@@ -1056,79 +1074,80 @@ static resccl_result_t launch(Call *calls, int n) {
   int dev = -1;
   cudaGetDevice(&dev);
   char *lead = calloc((size_t)n, 1); /* the call whose stream carries its GPU's launch */
-  for (int i = 0; i < n && rc == resccl_success; i++) {
-    if (done[i]) continue;
-    Call *c = &calls[i];
-    Group *g = c->comm->g;
-    int d = c->comm->d;
-    RxArgs a;
-    memset(&a, 0, sizeof a);
-    a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
-    a.op = c->op, a.nranks = c->v->nranks;
-    int present = 0;
-    for (int j = 0; j < n; j++)
-      if (first[j] == first[i]) {
-        for (int b = 0; b < 3; b++) a.buf[calls[j].comm->rank][b] = calls[j].buf[b];
-        present++;
+  /* Collective by collective: a plan's copy-engine form has one barrier
+     count, one set of flags and one `start` event per GPU, so one call of it
+     is queued whole (barrier, kernel, copies, barrier) before the next. */
+  for (int k = 0; k < n && rc == resccl_success; k++) {
+    if (first[k] != k) continue;
+    for (int i = k; i < n && rc == resccl_success; i++) {
+      if (done[i] || first[i] != k) continue;
+      Call *c = &calls[i];
+      Group *g = c->comm->g;
+      int d = c->comm->d;
+      RxArgs a;
+      memset(&a, 0, sizeof a);
+      a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
+      a.op = c->op, a.nranks = c->v->nranks;
+      int present = 0;
+      for (int j = 0; j < n; j++)
+        if (first[j] == first[i]) {
+          for (int b = 0; b < 3; b++) a.buf[calls[j].comm->rank][b] = calls[j].buf[b];
+          present++;
+        }
+      a.direct = present == c->v->nranks && c->plan->conf.direct;
+      if (!a.direct) memset(a.buf, 0, sizeof a.buf);
+      a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
+      int ranks = 0;
+      for (int j = i; j < n; j++) {
+        Call *o = &calls[j];
+        if (done[j] || first[j] != first[i] || o->comm->d != d) continue;
+        for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
+        done[j] = 1, ranks++;
       }
-    a.direct = present == c->v->nranks && c->plan->conf.direct;
-    if (!a.direct) memset(a.buf, 0, sizeof a.buf);
-    a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
-    int ranks = 0;
-    for (int j = i; j < n; j++) {
-      Call *o = &calls[j];
-      if (done[j] || first[j] != first[i] || o->comm->d != d) continue;
-      for (int b = 0; b < 3; b++) a.buf[o->comm->rank][b] = o->buf[b];
-      done[j] = 1, ranks++;
+      lead[i] = 1;
+      if (cudaSetDevice(g->dev[d]) != cudaSuccess) {
+        rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
+        break;
+      }
+      /* Ranks of one GPU on different streams: the launch waits for all of them
+         (and they for it, at the end; under capture, the streams must be in one
+         capture). */
+      cudaError_t ce = join_streams(calls, n, first, i, 0);
+      if (ce == cudaSuccess && c->v->nce) {
+        if ((rc = ce_sync(c, 1)) != resccl_success) break;
+        ce = cudaEventRecord(c->v->dev[d].start, c->stream);
+      }
+      if (ce != cudaSuccess) {
+        rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", c->plan->coll, g->dev[d],
+                     cudaGetErrorString(ce));
+        break;
+      }
+      void *params[] = {&a};
+      CUresult cr = c->v->dev[d].nblocks == 0 ? CUDA_SUCCESS /* the copy engine does it all */
+                                              : drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1,
+                                                           (unsigned)c->plan->conf.threads, 1, 1, 0, (CUstream)c->stream,
+                                                           params, NULL);
+      if (cr != CUDA_SUCCESS) {
+        const char *s = "?";
+        drv.error_string(cr, &s);
+        rc = rt_fail(resccl_unhandled_cuda_error, "%s: launch on GPU %d: %s", c->plan->coll, g->dev[d], s);
+        break;
+      }
+      if (debug_level() > 1)
+        fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
+                c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
     }
-    lead[i] = 1;
-    if (cudaSetDevice(g->dev[d]) != cudaSuccess) {
-      rc = rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", g->dev[d]);
-      break;
+    if (rc == resccl_success && calls[k].v->nce) rc = ce_copies(calls, n, first, k);
+    for (int i = k; i < n && rc == resccl_success; i++) {
+      if (!lead[i] || first[i] != k) continue;
+      int gd = calls[i].comm->g->dev[calls[i].comm->d];
+      cudaError_t ce = cudaSetDevice(gd);
+      if (ce == cudaSuccess && calls[i].v->nce && (rc = ce_sync(&calls[i], 0)) != resccl_success) break;
+      if (ce == cudaSuccess) ce = join_streams(calls, n, first, i, 1);
+      if (ce != cudaSuccess)
+        rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", calls[i].plan->coll, gd,
+                     cudaGetErrorString(ce));
     }
-    /* Ranks of one GPU on different streams: the launch waits for all of them
-       (and they for it, at the end; under capture, the streams must be in one
-       capture). */
-    cudaError_t ce = join_streams(calls, n, first, i, 0);
-    if (ce == cudaSuccess && c->v->nce) {
-      if ((rc = ce_sync(c, 1)) != resccl_success) break;
-      ce = cudaEventRecord(c->v->dev[d].start, c->stream);
-    }
-    if (ce != cudaSuccess) {
-      rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", c->plan->coll, g->dev[d],
-                   cudaGetErrorString(ce));
-      break;
-    }
-    void *params[] = {&a};
-    CUresult cr = c->v->dev[d].nblocks == 0 ? CUDA_SUCCESS /* the copy engine does it all */
-                                            : drv.launch(c->v->dev[d].fn, (unsigned)c->v->dev[d].nblocks, 1, 1,
-                                                         (unsigned)c->plan->conf.threads, 1, 1, 0, (CUstream)c->stream,
-                                                         params, NULL);
-    if (cr != CUDA_SUCCESS) {
-      const char *s = "?";
-      drv.error_string(cr, &s);
-      rc = rt_fail(resccl_unhandled_cuda_error, "%s: launch on GPU %d: %s", c->plan->coll, g->dev[d], s);
-      break;
-    }
-    if (debug_level() > 1)
-      fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
-              c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
-  }
-  for (int i = 0; i < n && rc == resccl_success; i++)
-    if (first[i] == i && calls[i].v->nce) rc = ce_copies(calls, n, first, i);
-  for (int i = 0; i < n && rc == resccl_success; i++) {
-    if (!lead[i] || !calls[i].v->nce) continue;
-    int gd = calls[i].comm->g->dev[calls[i].comm->d];
-    rc = cudaSetDevice(gd) == cudaSuccess ? ce_sync(&calls[i], 0)
-                                          : rt_fail(resccl_unhandled_cuda_error, "cannot select GPU %d", gd);
-  }
-  for (int i = 0; i < n && rc == resccl_success; i++) {
-    if (!lead[i]) continue;
-    cudaError_t ce = cudaSetDevice(calls[i].comm->g->dev[calls[i].comm->d]);
-    if (ce == cudaSuccess) ce = join_streams(calls, n, first, i, 1);
-    if (ce != cudaSuccess)
-      rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", calls[i].plan->coll,
-                   calls[i].comm->g->dev[calls[i].comm->d], cudaGetErrorString(ce));
   }
   free(lead);
   if (dev >= 0) cudaSetDevice(dev);

@@ -25,6 +25,7 @@ typedef struct {
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
   double timeout_s;   /* a wait longer than this stops the call; 0 = never */
   size_t ce_from;     /* calls of this many bytes or more run a placement's copy-engine form, where the plan has one */
+  int ce_bad;         /* RESCCL_CE_FROM was not a size (bytes, or with K, M or G): loading refuses */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
