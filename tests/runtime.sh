@@ -20,6 +20,15 @@ if [ "$mode" = build ]; then
   done
   "$bin" compile "$src/algorithms/allgather_ring.lua" ranks=2 --ce --plan "$tmp/allgather-ce.plan" # no TBs
   "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks=2 --ce --plan "$tmp/reducescatter-ce.plan"
+  # Copies that name a flag twice, or reach past their buffer, make a file the runtime refuses.
+  for bad in 's/^1 0 0 0 1 0 1 1$/1 0 0 0 1 0 1 0/' 's/^1 0 0 0 1 0 1 1$/1 0 1 0 1 0 2 1/'; do
+    sed "$bad" "$tmp/reducescatter-ce.plan" >"$tmp/bad.plan"
+    ! cmp -s "$tmp/bad.plan" "$tmp/reducescatter-ce.plan" || { echo "runtime.sh: $bad changed nothing"; exit 1; }
+    if "$test" build "$tmp/bad.plan" >"$tmp/bad.log" 2>&1 || ! grep -q "(copies)" "$tmp/bad.log"; then
+      echo "runtime.sh: a plan file with bad copies ($bad) was not refused"; cat "$tmp/bad.log"; exit 1
+    fi
+    rm "$tmp/bad.plan"
+  done
   exec "$test" build "$tmp"/*.plan
 fi
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
