@@ -562,16 +562,16 @@ static void lend(Plan *pl) {
 ** engine instead, with no TB at all: a local copy, and a direct send (or
 ** copy-send) that waits for nothing, that nothing waits for and that reads
 ** what no primitive of its rank writes. Its receive, when a plain receive
-** that waits for nothing and that nothing waits for, leaves the TBs too
-** (so does a TB left empty), and no other primitive of the receiver may
-** touch the destination; when a reduction of what lands, it stays and waits
-** for the copy instead (a flag the copy stream posts per micro-batch), then
-** reduces locally, and what else touches the destination must come after
-** it (later in its TB, or waiting for its flag). The runtime makes the copies beside the
-** kernel and the call ends when both have. A copy engine pushes 397 GB/s
-** over 2xH200's NVLink where 8 pushing blocks reach 356 (nccl.md), and a
-** block that also copies locally pushes half as fast; an all-gather on two
-** ranks then needs no TB, a reduce-scatter only its reducing ones.
+** that waits for nothing and that nothing waits for, leaves the TBs too (so
+** does a TB left empty), and no other primitive of the receiver may touch
+** the destination. When a reduction of what lands, it stays and waits for
+** the copy instead (a flag the copy stream posts per micro-batch), then
+** reduces locally; what else touches the destination must come after it
+** (later in its TB, or waiting for its flag). The runtime makes the copies
+** beside the kernel and the call ends when both have. A copy engine pushes
+** 397 GB/s over 2xH200's NVLink where 8 pushing blocks reach 356 (nccl.md),
+** and a block that also copies locally pushes half as fast; an all-gather
+** on two ranks then needs no TB, a reduce-scatter only its reducing ones.
 */
 static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to, int flag) {
   CeCopy c = {.task = task, .src = from->rank, .dst = to->rank, .ridx = from->ridx, .widx = to->widx,
