@@ -120,24 +120,21 @@ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
   return x->run->buf[x->rank * 3 + buf] + elem * x->run->esize;
 }
 
-static inline int rx_wait(RxCtx *x, int f, int m) {
-  RxWord *w = &x->run->flag[f];
+/* Wait until counter w (what `kind` `id` names in a stuck report) has
+   counted micro-batch m; nonzero when the run is aborted. */
+static inline int rx_wait_word(RxCtx *x, RxWord *w, int m, int kind, int id) {
   uint32_t v;
   while ((v = atomic_load_explicit(&w->v, memory_order_acquire)) < (uint32_t)m + 1)
-    if (rx_block(x, w, v, RX_WAIT_FLAG, f)) return 1;
+    if (rx_block(x, w, v, kind, id)) return 1;
   return 0;
 }
+
+static inline int rx_wait(RxCtx *x, int f, int m) { return rx_wait_word(x, &x->run->flag[f], m, RX_WAIT_FLAG, f); }
 
 static inline void rx_post(RxCtx *x, int f, int m) { rx_set(&x->run->flag[f], (uint32_t)m + 1); }
 
 /* Wait until the copy engine has put micro-batch m of the copy with flag f. */
-static inline int rx_ce_wait(RxCtx *x, int f, int m) {
-  RxWord *w = &x->run->ceflag[f];
-  uint32_t v;
-  while ((v = atomic_load_explicit(&w->v, memory_order_acquire)) < (uint32_t)m + 1)
-    if (rx_block(x, w, v, RX_WAIT_CE, f)) return 1;
-  return 0;
-}
+static inline int rx_ce_wait(RxCtx *x, int f, int m) { return rx_wait_word(x, &x->run->ceflag[f], m, RX_WAIT_CE, f); }
 
 /* Wait for a free slot of connection c; returns its address or NULL on abort. */
 static inline char *rx_slot_out(RxCtx *x, int c) {

@@ -84,9 +84,10 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Copy-engine copies (tballoc.c's offload) of one source rank, as the
-   copy engine makes them: micro-batch by micro-batch when a reduction
-   waits for them (flag > -1, posted after each), else `whole` at once. */
+/* Copy-engine copies (tballoc.c's offload) of one source rank, those a
+   reduction waits for (`flagged`) or the others, as the copy engine makes
+   them: the first micro-batch by micro-batch, posting the flag after each,
+   the others whole. */
 typedef struct {
   const Plan *pl;
   RxRun *run;
