@@ -106,6 +106,7 @@ extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
   unsigned c = *mine + 1, spins = 0;
   unsigned long long t0 = rx_clock_ns();
   for (int f = 0; f < s.nflags; f++) ((volatile unsigned *)s.flags)[f] = 0;
+  for (int k = 0; k < s.nposts; k++) ((volatile unsigned *)s.posts)[k] = 0;
   __threadfence_system();
   *mine = c;
   for (int d = 0; d < s.ndev; d++)
@@ -191,12 +192,15 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 #endif
 
 /* 16-byte loads in flight per thread, for reductions (two operands) and
-   copies. On 2xH200, 16 for reductions gained 11-15% on reduce-scatter
-   from 128 MiB and 16 for copies lost 7% on all-gather (BENCHMARKS.md), and
-   16 takes NVRTC 2.4x as long; -DRX_UNROLL=16 in RESCCL_NVRTC_OPTIONS asks
-   for it, and the launch bound keeps it within RX_THREADS threads' registers. */
+   copies. On 2xH200 a block reduces 32 GB/s of output with 8 (4 per
+   operand) and 40 with 16, what an SM moves at most (tools/probe-reduce.cu):
+   16 for reductions gained 11-15% on reduce-scatter from 128 MiB and 3-6%
+   with the copy engine pushing, 16 for copies lost 7% on all-gather
+   (BENCHMARKS.md). 16 takes NVRTC about 1.4x as long; the launch bound
+   keeps it within RX_THREADS threads' registers. -DRX_UNROLL=8 in
+   RESCCL_NVRTC_OPTIONS asks for fewer. */
 #ifndef RX_UNROLL
-#define RX_UNROLL 8
+#define RX_UNROLL 16
 #endif
 #ifndef RX_UNROLL_COPY
 #define RX_UNROLL_COPY 8
@@ -392,6 +396,19 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   if (threadIdx.x == 0) {
     __threadfence();
     *(volatile unsigned *)rx_flag(x, f) = x->base + (unsigned)m + 1;
+  }
+}
+
+/* The block wrote its unit of micro-batch m of what a copy-engine copy
+   reads: count it on counter k (of n); the copy stream waits until every
+   slice is counted. The system fence puts the writes before the count for
+   the copy engine. Posted even after a wait gave up, so the copy stream
+   ends too. */
+__device__ static inline void rx_ce_post(RxCtx *x, int k, int n, int m) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    atomicAdd(&x->a->posts[(size_t)m * (unsigned)n + (unsigned)k], 1u);
   }
 }
 
@@ -646,6 +663,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_CE_WAIT(f) rx_ce_wait(x, f, m)
+#define RX_CE_POST(k, n) rx_ce_post(x, k, n, m)
 #define RX_SEND(c, b, i, n) RX_TRACED(rx_send(x, c, b, i, -1, 0, n, m))
 #define RX_RECV(c, b, i, n) RX_TRACED(rx_recv(x, c, -1, -1, 0, b, i, n, 0, m))
 #define RX_PUT(c, p, b, i, db, di, n, l) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m))

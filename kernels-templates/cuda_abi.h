@@ -82,6 +82,9 @@ typedef struct RxArgs {
   int nranks, nmicro, dtype, op, direct;
   int nslice, turns;         /* slices of this call's tiles; 1: the blocks take them in turn */
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
+  unsigned *posts;           /* [m * counters + k]: units of micro-batch m that counter k's writer finished in
+                                this call (RX_CE_POST; a copy stream waits for nslice of them; the barrier before
+                                the call zeroes them), on this GPU */
 } RxArgs;
 
 /* The barrier around a call's copy-engine copies (runtime.c's ce_copies):
@@ -94,7 +97,8 @@ typedef struct RxArgs {
 typedef struct RxSync {
   unsigned *word[RX_MAXDEVS]; /* per GPU of the plan, in its memory */
   unsigned *flags;            /* this GPU's copy-engine flags (RxRun.ceflag), zeroed before a call's copies */
-  int me, ndev, nflags;
+  unsigned *posts;            /* this GPU's counters (RxArgs.posts), nposts words zeroed likewise */
+  int me, ndev, nflags, nposts;
   volatile int *stop;         /* RxRun.stop */
   unsigned long long timeout_ns;
 } RxSync;

@@ -274,6 +274,7 @@ typedef struct {
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
   int flag;       /* flag posted after each micro-batch, -1 when nobody waits */
+  int cepost;     /* counter a copy-engine copy waits for, posted after each micro-batch; -1 none (offload) */
   int wait_off, nwaits; /* waits: prim ids Plan.wait[wait_off .. wait_off+nwaits) */
 } Prim;
 
@@ -303,10 +304,12 @@ typedef struct {
 /* A copy the copy engine makes instead of a TB (tballoc.c's offload): cnt
    chunks from (src, rbuf, ridx) to (dst, wbuf, widx) in every micro-batch,
    task `task` of the DAG; src == dst for a local copy. Flags number the
-   copies a reduction waits for, from 0. */
+   copies a reduction waits for, from 0; counters the primitives that write
+   what a copy reads (Prim.cepost), from 0. */
 typedef struct {
   int task, src, dst, ridx, widx, cnt;
-  int flag; /* posted after each micro-batch for the reduction that waits for it (Prim.ce), or -1 */
+  int flag;  /* posted after each micro-batch for the reduction that waits for it (Prim.ce), or -1 */
+  int after; /* the counter it waits for before each micro-batch (its source's writer posts it), or -1 */
   uint8_t rbuf, wbuf;
 } CeCopy;
 
@@ -342,7 +345,7 @@ typedef struct {
   int buffered;          /* 1: deadlock-free only if every connection buffers BUFFERED_TILES tiles (hand-placed or
                             merged TBs); executors refuse smaller FIFOs */
   CeCopy *ce;            /* copies on the copy engine, by source rank then pipeline order */
-  int nce, nceflags;
+  int nce, nceflags, nceposts;
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */

@@ -118,6 +118,7 @@ static void dump_tb(const Plan *pl, Buf *b) {
         buf_puts(b, p->join ? "  + " : "  "); /* "+": in the previous primitive's micro-batch loop */
         prim_line(b, pl, p);
         if (p->flag >= 0) buf_printf(b, " posts=f%d", p->flag);
+        if (p->cepost >= 0) buf_printf(b, " posts=ce%d", p->cepost);
         buf_puts(b, "\n");
       }
     }
@@ -128,7 +129,9 @@ static void dump_tb(const Plan *pl, Buf *b) {
     buf_puts(b, " -> ");
     if (c->dst != c->src) buf_printf(b, "r%d ", c->dst);
     loc(b, c->wbuf, c->widx, c->cnt);
-    buf_printf(b, " t%d\n", c->task);
+    buf_printf(b, " t%d", c->task);
+    if (c->after >= 0) buf_printf(b, " waits=ce%d", c->after);
+    buf_puts(b, "\n");
   }
 }
 

@@ -84,14 +84,15 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Copy-engine copies (tballoc.c's offload) of one source rank, those a
-   reduction waits for (`flagged`) or the others, as the copy engine makes
-   them: the first micro-batch by micro-batch, posting the flag after each,
-   the others whole. */
+/* Copy-engine copies (tballoc.c's offload) of one source rank, as the copy
+   engine makes them. `beside` the TBs: those a reduction waits for, micro-
+   batch by micro-batch, posting the flag after each; then those that wait
+   for a TB's counter, each micro-batch once it is counted (as each copy
+   stream orders them). Else, after the TBs: the others, whole. */
 typedef struct {
   const Plan *pl;
   RxRun *run;
-  int src, flagged;
+  int src, beside;
   pthread_t th;
 } CeWorker;
 
@@ -104,16 +105,23 @@ static void ce_copy(const RxRun *run, const CeCopy *c, size_t m, size_t end) {
 
 static void *ce_worker(void *arg) {
   CeWorker *w = arg;
-  for (int i = 0; i < w->pl->nce; i++) {
-    const CeCopy *c = &w->pl->ce[i];
-    if (c->src != w->src || (c->flag >= 0) != w->flagged) continue;
-    for (int m = 0; c->flag >= 0 && m < w->run->nmicro; m++) {
-      ce_copy(w->run, c, (size_t)m, (size_t)m + 1);
-      rx_set(&w->run->ceflag[c->flag], (uint32_t)m + 1);
-      atomic_fetch_add(&w->run->progress, 1);
+  RxCtx x = {.run = w->run, .rank = w->src, .tb = -1}; /* waits as a TB would */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < w->pl->nce; i++) {
+      const CeCopy *c = &w->pl->ce[i];
+      int kind = c->flag >= 0 ? 0 : c->after >= 0 ? 1 : 2; /* flagged, after a counter, free */
+      if (c->src != w->src || (w->beside ? kind != pass : kind != 2 || pass)) continue;
+      if (kind == 2) {
+        ce_copy(w->run, c, 0, (size_t)w->run->nmicro);
+        continue;
+      }
+      for (int m = 0; m < w->run->nmicro; m++) {
+        if (kind == 1 && rx_wait_word(&x, &w->run->cepost[c->after], m, RX_WAIT_CE, c->after)) return NULL;
+        ce_copy(w->run, c, (size_t)m, (size_t)m + 1);
+        if (kind == 0) rx_set(&w->run->ceflag[c->flag], (uint32_t)m + 1);
+        atomic_fetch_add(&w->run->progress, 1);
+      }
     }
-    if (c->flag < 0) ce_copy(w->run, c, 0, (size_t)w->run->nmicro);
-  }
   return NULL;
 }
 
@@ -240,6 +248,7 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   for (int c = 0; c < pl->nconn; c++) run.fifo[c].slots = xmalloc((size_t)run.nslots * run.slot_bytes);
   run.flag = xcalloc((size_t)pl->nflags + 1, sizeof *run.flag);
   run.ceflag = xcalloc((size_t)pl->nceflags + 1, sizeof *run.ceflag);
+  run.cepost = xcalloc((size_t)pl->nceposts + 1, sizeof *run.cepost);
 
   Worker *w = xcalloc((size_t)pl->ntbs + 1, sizeof *w);
   pthread_attr_t attr;
@@ -258,10 +267,10 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
       }
       nw++;
     }
-  /* Those a reduction waits for, beside the TBs. */
+  /* Those a reduction waits for, or that wait for a TB, beside the TBs. */
   CeWorker *cw = xcalloc((size_t)R, sizeof *cw);
   int ncw = 0;
-  for (int r = 0; r < R && rc == RC_OK && pl->nceflags; r++) {
+  for (int r = 0; r < R && rc == RC_OK && (pl->nceflags || pl->nceposts); r++) {
     cw[ncw] = (CeWorker){pl, &run, r, 1, 0};
     if (pthread_create(&cw[ncw].th, &attr, ce_worker, &cw[ncw]) != 0) {
       atomic_store(&run.abort, 1);
@@ -298,6 +307,6 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   if (rc == RC_OK) data_check(pl, o, run.buf, res);
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);
   for (int c = 0; c < pl->nconn; c++) free(run.fifo[c].slots);
-  free(run.buf), free(run.fifo), free(run.flag), free(run.ceflag), free(w);
+  free(run.buf), free(run.fifo), free(run.flag), free(run.ceflag), free(run.cepost), free(w);
   return rc;
 }

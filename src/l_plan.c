@@ -68,7 +68,7 @@ static int l_plan_report(lua_State *L) {
     l_setint(L, "flags", pl->nflags);
     l_setint(L, "ce_copies", pl->nce);
     int ends = 0; /* reductions that wait for the copy engine and that nothing waits for */
-    for (int i = 0; i < pl->np; i++) ends += pl->p[i].ce && pl->p[i].flag < 0;
+    for (int i = 0; i < pl->np; i++) ends += pl->p[i].ce && pl->p[i].flag < 0 && pl->p[i].cepost < 0;
     l_setint(L, "ce_ends", ends);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);

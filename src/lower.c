@@ -265,7 +265,7 @@ rcStatus lower_run(Plan *pl, Err *e) {
     int t = s->order[k];
     const Task *tk = &d->t[t];
     Prim base = {.tin = t, .tout = t, .cin = -1, .cout = -1, .cnt = tk->cnt, .slot = s->slot[t],
-                 .pos = s->pos[t], .flag = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .ubuf = tk->obuf,
+                 .pos = s->pos[t], .flag = -1, .cepost = -1, .rbuf = tk->sbuf, .ridx = tk->sidx, .ubuf = tk->obuf,
                  .uidx = tk->oidx, .wbuf = tk->dbuf, .widx = tk->didx, .rank = tk->src};
     if (tk->src == tk->dst) {
       base.kind = tk->op == OP_REDUCE ? PR_REDUCE : PR_COPY;

@@ -572,11 +572,54 @@ static void lend(Plan *pl) {
 ** 397 GB/s over 2xH200's NVLink where 8 pushing blocks reach 356 (nccl.md),
 ** and a block that also copies locally pushes half as fast; an all-gather
 ** on two ranks then needs no TB, a reduce-scatter only its reducing ones.
+**
+** Then a direct send whose source one primitive of its rank writes, and
+** that waits for nothing else, goes too (with such a receive): the writer
+** posts a counter after each micro-batch and the copy waits for it
+** (`after`). A ring all-reduce on two ranks then keeps only its reducing
+** TBs: the copy engine puts both hops. Nothing waits for such a copy, and
+** each copy stream makes them after the others, so the kernel never waits
+** for a copy that waits for the kernel.
 */
-static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to, int flag) {
+static void ce_add(Plan *pl, int *cap, int task, const Prim *from, const Prim *to, int flag, int after) {
   CeCopy c = {.task = task, .src = from->rank, .dst = to->rank, .ridx = from->ridx, .widx = to->widx,
-              .cnt = from->cnt, .flag = flag, .rbuf = from->rbuf, .wbuf = to->wbuf};
+              .cnt = from->cnt, .flag = flag, .after = after, .rbuf = from->rbuf, .wbuf = to->wbuf};
   VEC_PUSH(pl->ce, pl->nce, *cap, c);
+}
+
+/* A plain receive of what p puts, that waits for nothing and that nothing
+   waits for, whose destination nothing else of its rank touches; or NULL. */
+static const Prim *plain_recv(const Plan *pl, const Prim *p) {
+  const Prim *q = &pl->p[pl->task_recv[p->tout]];
+  return q->kind == PR_RECV && !q->nwaits && q->flag < 0 && !q->join && alone(pl, q, 0, 1) ? q : NULL;
+}
+
+/* The one primitive of p's rank that writes what p reads, when p waits for
+   it and for nothing else (by its flag, or later in its TB); or NULL. */
+static const Prim *sole_writer(const Plan *pl, const Prim *p) {
+  const Prim *w = NULL;
+  for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {
+    const Prim *q = &pl->p[pl->rank_prims[k]];
+    if (q == p || !prim_touches(q, p->rbuf, p->ridx, p->cnt, 1)) continue;
+    if (w) return NULL;
+    w = q;
+  }
+  if (!w || p->nwaits > 1 || (p->nwaits == 1 && &pl->p[pl->wait[p->wait_off]] != w)) return NULL;
+  return p->nwaits == 1 || (w->tb == p->tb && w->seq < p->seq) ? w : NULL;
+}
+
+/* Flags nothing waits for any more are dropped, the others renumbered. */
+static void renumber_flags(Plan *pl) {
+  int *to = xmalloc(((size_t)pl->nflags + 1) * sizeof *to), n = 0;
+  for (int f = 0; f < pl->nflags; f++) to[f] = -1;
+  for (int i = 0; i < pl->np; i++)
+    for (int j = pl->p[i].wait_off; j < pl->p[i].wait_off + pl->p[i].nwaits; j++) to[pl->p[pl->wait[j]].flag] = 0;
+  for (int f = 0; f < pl->nflags; f++)
+    if (to[f] == 0) to[f] = n++;
+  for (int i = 0; i < pl->np; i++)
+    if (pl->p[i].flag >= 0) pl->p[i].flag = to[pl->p[i].flag];
+  pl->nflags = n;
+  free(to);
 }
 
 static void offload(Plan *pl) {
@@ -590,18 +633,29 @@ static void offload(Plan *pl) {
       int fed = 0; /* q reduces what the copy puts */
       if (p->kind == PR_SEND || p->kind == PR_CS) {
         q = &pl->p[pl->task_recv[p->tout]];
-        int plain = q->kind == PR_RECV && !q->nwaits && q->flag < 0 && !q->join && alone(pl, q, 0, 1);
+        int plain = plain_recv(pl, p) != NULL;
         fed = q->kind == PR_RRC && first_there(pl, q);
         if (!p->direct || !(plain || fed) || !alone(pl, p, 1, p->kind == PR_CS)) continue;
         if (plain) out[q - pl->p] = 1;
       } else if (p->kind != PR_COPY || !alone(pl, p, 1, 1)) {
         continue;
       }
-      if (p->kind != PR_SEND) ce_add(pl, &cap, p->tin, p, p, -1); /* the local copy */
-      if (q) ce_add(pl, &cap, p->tout, p, q, fed ? pl->nceflags++ : -1);
+      if (p->kind != PR_SEND) ce_add(pl, &cap, p->tin, p, p, -1, -1); /* the local copy */
+      if (q) ce_add(pl, &cap, p->tout, p, q, fed ? pl->nceflags++ : -1, -1);
       if (fed) pl->p[q - pl->p].ce = 1, pl->p[q - pl->p].cin = -1;
       out[i] = 1;
     }
+  /* Sends that wait for their source's one writer, after the others. */
+  for (int i = 0; i < np; i++) {
+    const Prim *p = &pl->p[i], *q, *w;
+    if (out[i] || p->kind != PR_SEND || !p->direct || p->flag >= 0 || p->join || !(q = plain_recv(pl, p)) ||
+        !(w = sole_writer(pl, p)) || out[w - pl->p])
+      continue;
+    Prim *wr = &pl->p[w - pl->p];
+    if (wr->cepost < 0) wr->cepost = pl->nceposts++;
+    ce_add(pl, &cap, p->tout, p, q, -1, wr->cepost);
+    out[i] = out[q - pl->p] = 1;
+  }
   if (!pl->nce) return free(out);
   /* A primitive joined to a removed one's micro-batch loop opens its own. */
   for (int k = 0; k + 1 < pl->tb_off[pl->ntbs]; k++)
@@ -625,6 +679,7 @@ static void offload(Plan *pl) {
   }
   plan_rank_lists(pl);
   drop_tbs(pl, gone, key);
+  renumber_flags(pl);
   free(out), free(to), free(key), free(gone);
 }
 

@@ -20,11 +20,20 @@ if [ "$mode" = build ]; then
   done
   "$bin" compile "$src/algorithms/allgather_ring.lua" ranks=2 --ce --plan "$tmp/allgather-ce.plan" # no TBs
   "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks=2 --ce --plan "$tmp/reducescatter-ce.plan"
-  # Copies that name a flag twice, or reach past their buffer, make a file the runtime refuses.
-  for bad in 's/^1 0 0 0 1 0 1 1$/1 0 0 0 1 0 1 0/' 's/^1 0 0 0 1 0 1 1$/1 0 1 0 1 0 2 1/'; do
-    sed "$bad" "$tmp/reducescatter-ce.plan" >"$tmp/bad.plan"
-    ! cmp -s "$tmp/bad.plan" "$tmp/reducescatter-ce.plan" || { echo "runtime.sh: $bad changed nothing"; exit 1; }
-    if "$test" build "$tmp/bad.plan" >"$tmp/bad.log" 2>&1 || ! grep -q "(copies)" "$tmp/bad.log"; then
+  # both hops on the copy engine, the second waiting for the reducing TB's counters
+  "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --ce --plan "$tmp/allreduce-ce.plan"
+  # Copies that name a flag twice, reach past their buffer, wait for a counter while a reduction waits
+  # for them, or name a counter the plan does not have, make a file the runtime refuses.
+  for bad in 'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 0 -1/|copies' \
+    'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 1 0 1 0 2 1 -1/|copies' \
+    'allreduce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 1 0/|copies' \
+    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/|counters'; do
+    IFS='|'
+    set -- $bad
+    unset IFS
+    sed "$2" "$tmp/$1-ce.plan" >"$tmp/bad.plan"
+    ! cmp -s "$tmp/bad.plan" "$tmp/$1-ce.plan" || { echo "runtime.sh: $bad changed nothing"; exit 1; }
+    if "$test" build "$tmp/bad.plan" >"$tmp/bad.log" 2>&1 || ! grep -q "($3)" "$tmp/bad.log"; then
       echo "runtime.sh: a plan file with bad copies ($bad) was not refused"; cat "$tmp/bad.log"; exit 1
     fi
     rm "$tmp/bad.plan"

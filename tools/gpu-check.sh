@@ -77,13 +77,16 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check allreduce_hm.2x2.virtual algorithms/allreduce_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allgather_hm.2x2.virtual algorithms/allgather_hm.lua topo=a100:2x2 ndev=1 count=4099 nmicro=3
   check allreduce_ring.r8.virtual algorithms/allreduce_ring.lua ranks=8 ndev=1 count=65537 nmicro=4 dtype=i32 op=max
-  # Copy-engine copies (--ce): no TB at all on two ranks, virtual ranks sharing a GPU, and puts
-  # that reductions wait for.
+  # Copy-engine copies (--ce): no TB at all on two ranks, virtual ranks sharing a GPU, puts
+  # that reductions wait for, and puts that wait for the kernel's counters (a two-rank all-reduce's
+  # second hop, a four-rank all-gather's last puts).
   check "allgather_ring.r2.ce.gpu$ngpu" algorithms/allgather_ring.lua ranks=2 ndev="$ngpu" $big --ce
   check alltoall_direct.r4.ce.virtual algorithms/alltoall_direct.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=f16 --ce
   check "reducescatter_ring.r2.ce.gpu$ngpu" algorithms/reducescatter_ring.lua ranks=2 ndev="$ngpu" $big dtype=bf16 \
     op=avg --ce
   check allreduce_ring.r2.ce.virtual algorithms/allreduce_ring.lua ranks=2 ndev=1 count=4099 nmicro=3 dtype=i8 op=max --ce
+  check "allreduce_ring.r2.ce.gpu$ngpu" algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" $big dtype=f16 op=sum --ce
+  check allgather_ring.r4.ce.virtual algorithms/allgather_ring.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=u8 --ce
   check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
   # Every dtype with every op on virtual ranks, at an odd count (vector tails);
   # avg also through recvReduceCopySend and recvReduceSend (allreduce_rd on 8
@@ -111,6 +114,9 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/alltoall_direct.lua ranks=2 ndev=1 \
     count=4099 nmicro=2 iters=0 --ce --gpu >"$out/sanitizer-ce.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
   printf '%-44s %s  %s\n' "compute-sanitizer memcheck, copy engine" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-ce.txt" | tail -1)"
+  if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/allreduce_ring.lua ranks=2 ndev=1 \
+    count=4099 nmicro=3 iters=0 --ce --gpu >"$out/sanitizer-ce-ar.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+  printf '%-44s %s  %s\n' "compute-sanitizer memcheck, counted copies" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-ce-ar.txt" | tail -1)"
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks

@@ -241,7 +241,7 @@ describe("copy-engine copies", function()
 
   it("put what a reduction takes in, the reduction waiting for each micro-batch", function()
     -- copies, TBs, and reductions that wait for a copy and that nothing waits for
-    for name, c in pairs { reducescatter_ring = { 2, 2, 2 }, allreduce_ring = { 2, 4, 0 }, allreduce_allpairs = { 2, 2, 2 } } do
+    for name, c in pairs { reducescatter_ring = { 2, 2, 2 }, allreduce_ring = { 4, 2, 0 }, allreduce_allpairs = { 2, 2, 2 } } do
       for _, inplace in ipairs { false, true } do
         local p = plan(name, 2, inplace)
         local r = p:report()
@@ -259,12 +259,32 @@ describe("copy-engine copies", function()
     end
   end)
 
+  it("put what a reduction wrote, each micro-batch once the kernel counted it", function()
+    -- a two-rank ring all-reduce: both hops on the copy engine, the reducing TB posts a counter
+    local p = plan("allreduce_ring", 2)
+    local dump, code, art = p:dump("tb"), p:emit("host"), p:artifact()
+    assert.equal(2, select(2, dump:gsub("waits=ce%d", "")))
+    assert.equal(2, select(2, code:gsub("RX_CE_POST%(%d, 2%)", "")))
+    assert.truthy(art:find("\ncounters 2\n", 1, true))
+    assert.equal(0, p:report().flags) -- the reductions' flags had only the sends waiting for them
+    -- a copy's line ends with the counter it waits for, -1 for none
+    local after = {}
+    for last in art:match("\ncopies 4\n(.-)counters"):gmatch("(%-?%d+)\n") do after[#after + 1] = tonumber(last) end
+    assert.same({ -1, -1, 0, 1 }, after)
+  end)
+
   it("leave what another primitive waits for on the TBs", function()
-    -- a four-rank ring's received chunk is sent on
+    -- a four-rank ring's received chunk is sent on: only each chain's last put leaves, waiting for its
+    -- receive's counter; the sends whose receives are waited for stay
     local p = plan("allgather_ring", 4)
-    assert.equal(0, p:report().ce_copies)
+    local dump = p:dump("tb")
+    assert.equal(4, p:report().ce_copies)
+    assert.equal(4, select(2, dump:gsub("waits=ce%d", "")))
+    assert.equal(4, select(2, dump:gsub("\n  send ", "")))
     assert.equal(plan("allgather_ring", 4, false, false):report().tbs_total, p:report().tbs_total)
-    assert.equal(0, assert(p:exec { count = 4099, nmicro = 3 }).wrong)
+    for _, x in ipairs { { 4099, 3, "f32" }, { 1, 1, "i8" }, { 65536, 4, "f16" } } do
+      assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3] }).wrong)
+    end
   end)
 end)
 

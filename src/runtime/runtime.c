@@ -91,16 +91,18 @@ static struct {
   CUresult (*occupancy)(int *, CUfunction, int, size_t);
   CUresult (*error_string)(CUresult, const char **);
   CUresult (*write_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned); /* cuStreamWriteValue32 */
+  CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned);  /* cuStreamWaitValue32 */
 } drv;
 
 static resccl_result_t drv_open(void) {
   if (drv.launch) return resccl_success;
   static const char *const names[] = {"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
                                       "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuGetErrorString",
-                                      "cuStreamWriteValue32"};
-  void **slots[] = {(void **)&drv.load, (void **)&drv.unload, (void **)&drv.function, (void **)&drv.launch,
-                    (void **)&drv.occupancy, (void **)&drv.error_string, (void **)&drv.write_value};
-  for (int i = 0; i < 7; i++) {
+                                      "cuStreamWriteValue32", "cuStreamWaitValue32"};
+  void **slots[] = {(void **)&drv.load,      (void **)&drv.unload,       (void **)&drv.function,
+                    (void **)&drv.launch,    (void **)&drv.occupancy,    (void **)&drv.error_string,
+                    (void **)&drv.write_value, (void **)&drv.wait_value};
+  for (int i = 0; i < 8; i++) {
     enum cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion(names[i], &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn) {
@@ -130,15 +132,17 @@ static resccl_result_t drv_open(void) {
 
 /* ------------------------------------------------------------ objects */
 
-enum { MAXDEV = 64 };
+enum { MAXDEV = 64, CE_INTS = 9 };
 
 /* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
 typedef struct {
   int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
-  int nce, *ce;       /* copy-engine copies, 8 numbers each: src rbuf ridx dst wbuf widx cnt flag */
+  int nce, *ce;       /* copy-engine copies, CE_INTS numbers each: src rbuf ridx dst wbuf widx cnt flag after */
   int nceflags;
+  int ncounters;      /* counters copies wait for (RxArgs.posts), per micro-batch */
+  size_t post_words;  /* words of each GPU's counters: micro-batches they hold x ncounters */
   unsigned **ceflag;  /* per copy-engine flag: where it is (in its copy's source GPU) */
   volatile int *stop; /* the group's stop flag as the GPUs see it */
   char *src;
@@ -153,6 +157,7 @@ typedef struct {
     unsigned *word;
     unsigned *flags;  /* the copy-engine flags of copies from this GPU */
     int nflags;
+    unsigned *posts;  /* the counters of this GPU's kernel, grown with the micro-batches of a call */
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
     int *tab;         /* host copy of the block tables (rank, TB, channel, TB index), for the trace */
   } dev[MAXDEV];
@@ -360,7 +365,7 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   Variant *v = calloc(1, sizeof *v);
   if (!v) return rt_fail(resccl_system_error, "out of memory");
   if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
-  if (version != 3) BAD("version 3 expected: compile it again");
+  if (version != 4) BAD("version 4 expected: compile it again");
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
@@ -380,25 +385,29 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   for (int i = 0; i < v->nflags; i++)
     if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
   if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
-  v->ce = malloc(sizeof(int) * (8 * (size_t)v->nce + 1));
+  v->ce = malloc(sizeof(int) * (CE_INTS * (size_t)v->nce + 1));
   if (!v->ce) BAD("copies");
   for (int i = 0; i < v->nce; i++) {
-    int *c = &v->ce[8 * i];
-    for (int k = 0; k < 8; k++)
+    int *c = &v->ce[CE_INTS * i];
+    for (int k = 0; k < CE_INTS; k++)
       if (fscanf(f, " %d", &c[k]) != 1) BAD("copies");
     if ((unsigned)c[0] >= (unsigned)v->nranks || (unsigned)c[3] >= (unsigned)v->nranks || (unsigned)c[1] > 2 ||
         (unsigned)c[4] > 2 || c[2] < 0 || c[5] < 0 || c[6] < 1 || c[2] > v->bufchunks[c[1]] - c[6] ||
         c[5] > v->bufchunks[c[4]] - c[6] || c[7] < -1 || c[7] >= v->nce || c[2] / v->chunks != (c[2] + c[6] - 1) / v->chunks ||
-        c[5] / v->chunks != (c[5] + c[6] - 1) / v->chunks) /* a copy stays in a block of chunks */
+        c[5] / v->chunks != (c[5] + c[6] - 1) / v->chunks || /* a copy stays in a block of chunks */
+        c[8] < -1 || c[8] >= v->nce || (c[8] >= 0 && c[7] >= 0)) /* nothing waits for a copy that waits */
       BAD("copies");
     v->nceflags += c[7] >= 0;
   }
+  if (!read_ints(f, "counters", &v->ncounters, 1) || v->ncounters < 0 || v->ncounters > v->nce) BAD("counters");
+  for (int i = 0; i < v->nce; i++)
+    if (v->ce[CE_INTS * i + 8] >= v->ncounters) BAD("counters");
   /* Flags are numbered 0, 1, ... once each, in any order. */
   for (int i = 0; i < v->nce; i++) {
-    int fl = v->ce[8 * i + 7];
+    int fl = v->ce[CE_INTS * i + 7];
     if (fl >= v->nceflags) BAD("copies");
     for (int j = 0; j < i && fl >= 0; j++)
-      if (v->ce[8 * j + 7] == fl) BAD("copies");
+      if (v->ce[CE_INTS * j + 7] == fl) BAD("copies");
   }
   size_t n;
   if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
@@ -511,14 +520,18 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
                    "hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place", v->fifo_tiles,
                    v->fifo_tiles);
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
-     10-30% more than 24, BENCHMARKS.md); virtual ranks share theirs. */
-  int maxtb = 1;
+     10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
+     copies: what is left to the blocks then reduces, and a ring all-reduce
+     whose hops both go to the copy engine moved 367 GB/s at 256 MiB with 16
+     blocks against 301-310 with 32, and as much from 1 GiB. Virtual ranks
+     share theirs. */
+  int maxtb = 1, budget = v->nce ? 16 : 32;
   for (int d = 0; d < g->ndevs; d++) {
     int tbs = 0;
     for (int r = 0; r < v->nranks; r++) tbs += g->comms[r].d == d ? v->ntb[r] : 0;
     maxtb = tbs > maxtb ? tbs : maxtb;
   }
-  int K = v->nblk = cf->nchan > 0 ? cf->nchan : (32 / maxtb > 0 ? 32 / maxtb : 1);
+  int K = v->nblk = cf->nchan > 0 ? cf->nchan : (budget / maxtb > 0 ? budget / maxtb : 1);
   int V = v->nslice = K * (cf->slices ? cf->slices : 1);
   /* FIFOs: slots, tail and taken with the receiver, head and sent with the
      sender. Every slice has whole slots: halved ones made more micro-batches
@@ -548,13 +561,13 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   v->ceflag = calloc((size_t)v->nceflags + 1, sizeof *v->ceflag);
   if (!v->ceflag) return rt_fail(resccl_system_error, "out of memory");
   for (int i = 0; i < v->nce; i++)
-    if (v->ce[8 * i + 7] >= 0) v->dev[g->comms[v->ce[8 * i]].d].nflags++;
+    if (v->ce[CE_INTS * i + 7] >= 0) v->dev[g->comms[v->ce[CE_INTS * i]].d].nflags++;
   for (int d = 0; d < g->ndevs; d++) {
     if (!v->dev[d].nflags) continue;
     CU(cudaSetDevice(g->dev[d]));
     TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags));
     for (int i = 0, k = 0; i < v->nce; i++)
-      if (v->ce[8 * i + 7] >= 0 && g->comms[v->ce[8 * i]].d == d) v->ceflag[v->ce[8 * i + 7]] = v->dev[d].flags + k++;
+      if (v->ce[CE_INTS * i + 7] >= 0 && g->comms[v->ce[CE_INTS * i]].d == d) v->ceflag[v->ce[CE_INTS * i + 7]] = v->dev[d].flags + k++;
   }
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
@@ -625,7 +638,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
   for (int i = 0; i < v->nce && res == resccl_success; i++) {
-    int ds = g->comms[v->ce[8 * i]].d, dt = g->comms[v->ce[8 * i + 3]].d;
+    int ds = g->comms[v->ce[CE_INTS * i]].d, dt = g->comms[v->ce[CE_INTS * i + 3]].d;
     if (!v->dev[ds].ce) {
       v->dev[ds].ce = calloc((size_t)g->ndevs, sizeof(cudaStream_t));
       v->dev[ds].ce_done = calloc((size_t)g->ndevs, sizeof(cudaEvent_t));
@@ -877,6 +890,28 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaSt
   return resccl_success;
 }
 
+/* Every GPU's counters (RxArgs.posts) hold a call of nmicro micro-batches.
+   Smaller ones stay allocated until unload, as scratch does; growing is
+   refused during a capture. */
+static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cudaStream_t st) {
+  size_t words = nmicro * (size_t)v->ncounters;
+  if (words <= v->post_words) return resccl_success;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CU(cudaSetDevice(c->cudev));
+  CU(cudaStreamIsCapturing(st, &cap));
+  if (cap != cudaStreamCaptureStatusNone)
+    return rt_fail(resccl_invalid_usage, "copy-engine counters must grow to %zu micro-batches, which a CUDA graph "
+                   "capture cannot do: call once at this size before capturing", nmicro);
+  words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
+  for (int d = 0; d < c->g->ndevs; d++) {
+    CU(cudaSetDevice(c->g->dev[d]));
+    TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words));
+    CU(cudaMemset(v->dev[d].posts, 0, sizeof(unsigned) * words));
+  }
+  v->post_words = words;
+  return resccl_success;
+}
+
 static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
                                resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
@@ -918,6 +953,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
     c.nslice = (int)V, c.turns = 1;
   }
   c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
+  if (v->ncounters) TRY(counters(v, comm, (size_t)c.nmicro, c.stream));
   if (v->bufchunks[2])
     TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c.stream, &c.buf[2]));
   if (group.depth == 0) return launch(&c, 1);
@@ -980,7 +1016,10 @@ static resccl_result_t ce_sync(const Call *c, int before) {
   memset(&s, 0, sizeof s);
   for (int d = 0; d < g->ndevs; d++) s.word[d] = v->dev[d].word;
   s.me = c->comm->d, s.ndev = g->ndevs, s.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
-  if (before) s.flags = v->dev[s.me].flags, s.nflags = v->dev[s.me].nflags;
+  if (before) {
+    s.flags = v->dev[s.me].flags, s.nflags = v->dev[s.me].nflags;
+    s.posts = v->dev[s.me].posts, s.nposts = c->nmicro * v->ncounters;
+  }
   s.stop = v->stop;
   void *params[] = {&s};
   CUDRV(drv.launch(v->dev[s.me].sync, 1, 1, 1, 1, 1, 1, 0, (CUstream)c->stream, params, NULL));
@@ -991,7 +1030,9 @@ static resccl_result_t ce_sync(const Call *c, int before) {
    (every rank is in it: launch checked). Each (source GPU, destination
    GPU) has a stream, forked from the source GPU's launch stream after its
    first barrier and joined back to it before its second (ce_sync); all of
-   it is stream-ordered, so CUDA graphs capture it. */
+   it is stream-ordered, so CUDA graphs capture it. A stream queues the
+   copies that wait for the kernel's counters after the others: the kernel
+   may wait for those, never for these. */
 static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   Variant *v = calls[i].v;
   Group *g = calls[i].comm->g;
@@ -1002,17 +1043,23 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   char used[MAXDEV][MAXDEV];
   memset(used, 0, sizeof used);
   size_t es = calls[i].esize, N = calls[i].count, M = (size_t)calls[i].nmicro, C = (size_t)v->chunks;
-  for (int k = 0; k < v->nce; k++) {
-    const int *c = &v->ce[8 * k];
-    int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d;
+  for (int k = 0; k < 2 * v->nce; k++) {
+    const int *c = &v->ce[CE_INTS * (k % v->nce)];
+    if ((c[8] >= 0) != (k >= v->nce)) continue;
+    int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d, each = c[7] >= 0 || c[8] >= 0;
     cudaStream_t st = v->dev[ds].ce[dt];
     CU(cudaSetDevice(g->dev[ds]));
     if (!used[ds][dt]) CU(cudaStreamWaitEvent(st, v->dev[ds].start, 0));
     used[ds][dt] = 1;
-    /* One piece, or one per micro-batch with the flag a reduction waits for after each (its value the count). */
-    for (size_t mb = 0; mb < (c[7] >= 0 ? M : 1); mb++) {
-      size_t m = c[7] >= 0 ? mb : 0, slo, dlo, len;
-      while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, c[7] >= 0 ? mb + 1 : M, &slo, &dlo, &len))
+    /* One piece, or one per micro-batch: after the kernel counted every
+       slice of it, or with the flag a reduction waits for after it (its
+       value the count). */
+    for (size_t mb = 0; mb < (each ? M : 1); mb++) {
+      size_t m = each ? mb : 0, slo, dlo, len;
+      if (c[8] >= 0)
+        CUDRV(drv.wait_value((CUstream)st, (CUdeviceptr)(v->dev[ds].posts + mb * (size_t)v->ncounters + (size_t)c[8]),
+                             (cuuint32_t)calls[i].nslice, CU_STREAM_WAIT_VALUE_GEQ));
+      while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, each ? mb + 1 : M, &slo, &dlo, &len))
         CU(cudaMemcpyAsync(of[c[3]]->buf[c[4]] + dlo * es, of[c[0]]->buf[c[1]] + slo * es, len * es, cudaMemcpyDefault,
                            st));
       if (c[7] >= 0) CUDRV(drv.write_value((CUstream)st, (CUdeviceptr)v->ceflag[c[7]], (cuuint32_t)(mb + 1), 0));
@@ -1095,6 +1142,7 @@ static resccl_result_t launch(Call *calls, int n) {
           present++;
         }
       a.direct = present == c->v->nranks && c->plan->conf.direct;
+      a.posts = c->v->dev[d].posts;
       if (!a.direct) memset(a.buf, 0, sizeof a.buf);
       a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
       int ranks = 0;
