@@ -3,7 +3,8 @@
 # label gpu), every shipped algorithm and every dtype x op on the GPUs
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
-# peer (tools/probe-push.cu) and the benchmarks.
+# peer (tools/probe-push.cu), what a block reduces (tools/probe-reduce.cu) and
+# the benchmarks.
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
@@ -128,6 +129,12 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; th
   cat "$out/probe-push.txt"
   echo "probe-push: $r"
   took probe-push
+fi
+# What one block moves through its SM reducing locally (tools/probe-reduce.cu).
+if [ "${BENCH:-1}" = 1 ] && [ -x build-gpu/probe-reduce ]; then
+  build-gpu/probe-reduce 256 >"$out/probe-reduce.txt" 2>&1 || fail=1
+  cat "$out/probe-reduce.txt"
+  took probe-reduce
 fi
 
 # Bandwidth: nccl-tests' table for each ring collective and the direct

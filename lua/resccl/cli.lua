@@ -84,6 +84,8 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          bytes with K, M, G or T (1M, 8G)
   -f N, -i S             from one size to the next: times N, or plus S
   -n N, -w N, -c N       timed, warm-up and checked calls per size
+  -G N                   time N launches of the -n calls captured in a CUDA
+                         graph (no host time between calls), as nccl-tests -G
   --coll NAME            the collective (default: the algorithm's)
   -d, --dtype T, --op OP datatype and reduction, named as dtype= and op= below
   --nccl 0|1             NCCL side by side (through libnccl.so.2)
@@ -103,9 +105,9 @@ local COLLECTIVES = { allreduce = true, allgather = true, reducescatter = true, 
 
 -- resccl bench's numeric options: sizes, and integers with their minimum.
 local BENCH_SIZES = { ["-b"] = true, ["-e"] = true, ["-i"] = true, ["--from"] = true }
-local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0 }
+local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0, ["-G"] = 0 }
 -- The options resccl bench passes on to resccl-bench, in this order.
-local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "--dtype", "--op", "--nccl" }
+local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "-G", "--dtype", "--op", "--nccl" }
 
 -- A size (bytes) or an integer of a resccl bench option.
 local function bench_number(flag, v)

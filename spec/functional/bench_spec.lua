@@ -9,6 +9,7 @@ describe("resccl bench", function()
       "-b 8589934592 is larger than -e 1048576" },
     { { "algorithms/allreduce_ring.lua", "-g", "0" }, "-g needs an integer >= 1, got '0'" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "-f", "1" }, "-f needs an integer >= 2, got '1'" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-G", "-1" }, "-G needs an integer >= 0, got '-1'" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "--op", "mean" },
       "--op mean: sum, prod, max, min or avg expected" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "--dtype", "f17" },

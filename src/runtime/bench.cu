@@ -81,7 +81,7 @@ struct Opts {
   Coll coll = ALLREDUCE;
   size_t minbytes = 32 << 20, maxbytes = 32 << 20, stepbytes = 1 << 20;
   long stepfactor = 2; /* 1: add stepbytes instead */
-  int ngpus = 1, iters = 20, warmup = 5, check = 1, virt = 0, inplace = 1, nccl = 1;
+  int ngpus = 1, iters = 20, warmup = 5, check = 1, virt = 0, inplace = 1, nccl = 1, graphs = 0;
   resccl_datatype_t dtype = resccl_float32;
   resccl_red_op_t op = resccl_sum;
 };
@@ -104,6 +104,8 @@ static const char USAGE[] =
     "  --virtual             every rank on GPU 0: correctness, not speed; no NCCL\n"
     "  -n, --iters N         timed calls per size (20)\n"
     "  -w, --warmup_iters N  untimed calls before them (5)\n"
+    "  -G, --cudagraph N     capture the -n calls into a CUDA graph per rank's stream\n"
+    "                        and time N launches of it: no host time between calls (0)\n"
     "  -c, --check N         checked calls per size; 0: #wrong is N/A (1)\n"
     "  -d, --dtype TYPE      int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
     "                        double, or i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64 (float)\n"
@@ -112,9 +114,10 @@ static const char USAGE[] =
     "  --nccl 0|1            run NCCL side by side, through libnccl.so.2 (1)\n"
     "  -h, --help            this text\n"
     "\n"
-    "Times are CUDA events around -n back-to-back calls on every rank's stream, the\n"
-    "slowest rank's average. NCCL runs without NVLink multicast (NCCL_NVLS_ENABLE=0\n"
-    "unless set); its TBs are the grid of its kernel, read from a captured call.\n"
+    "Times are CUDA events around -n back-to-back calls on every rank's stream (or\n"
+    "-G launches of their graph), the slowest rank's average per call. NCCL runs\n"
+    "without NVLink multicast (NCCL_NVLS_ENABLE=0 unless set); its TBs are the grid\n"
+    "of its kernel, read from a captured call.\n"
     "Exit status: 0 when every column ran and checked correct, 1 when a call failed\n"
     "or an element was wrong, 2 on a usage error, 77 when this machine lacks the GPUs.\n";
 
@@ -172,13 +175,14 @@ static Opts parse(int argc, char **argv) {
       {"warmup_iters", required_argument, 0, 'w'},    {"check", required_argument, 0, 'c'},
       {"dtype", required_argument, 0, 'd'},           {"datatype", required_argument, 0, 'd'},
       {"op", required_argument, 0, 'o'},              {"inplace", required_argument, 0, O_INPLACE},
-      {"nccl", required_argument, 0, O_NCCL},         {"help", no_argument, 0, 'h'},
+      {"nccl", required_argument, 0, O_NCCL},         {"cudagraph", required_argument, 0, 'G'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   static const char *const onoff[] = {"0", "1"};
   Opts o;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:g:n:w:c:d:o:h", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:e:f:i:g:n:w:c:d:o:G:h", longs, NULL)) != -1) {
     switch (c) {
     case O_COLL: o.coll = (Coll)lookup("--coll", optarg, coll_names, NCOLL); break;
     case 'b': o.minbytes = parse_size("-b", optarg); break;
@@ -190,6 +194,7 @@ static Opts parse(int argc, char **argv) {
     case 'n': o.iters = (int)parse_int("-n", optarg, 1); break;
     case 'w': o.warmup = (int)parse_int("-w", optarg, 0); break;
     case 'c': o.check = (int)parse_int("-c", optarg, 0); break;
+    case 'G': o.graphs = (int)parse_int("-G", optarg, 0); break;
     case 'd': o.dtype = parse_dtype(optarg); break;
     case 'o': o.op = (resccl_red_op_t)lookup("--op", optarg, op_names, resccl_num_ops); break;
     case O_INPLACE: o.inplace = lookup("--inplace", optarg, onoff, 2); break;
@@ -471,15 +476,52 @@ static void prepare(Bench *b, const Shape &s, int inplace) {
   }
 }
 
-/* Microseconds per call: warm-ups, then iters calls back to back between events; the slowest rank. */
+/* Microseconds per call: warm-ups, then iters calls back to back between
+   events (or -G launches of them captured, a graph per rank's stream); the
+   slowest rank. */
 static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, std::string *err) {
   for (int i = 0; i < b->o.warmup; i++)
     if (!(*err = launch(b, s, inplace)).empty()) return -1;
+  int G = b->o.graphs;
+  std::vector<cudaGraphExec_t> exec(b->n);
+  if (G) {
+    for (int r = 0; r < b->n; r++) {
+      CUDA_CHECK(cudaSetDevice(b->dev[r]));
+      CUDA_CHECK(cudaStreamBeginCapture(b->stream[r], cudaStreamCaptureModeThreadLocal));
+    }
+    for (int i = 0; i < b->o.iters && err->empty(); i++) *err = launch(b, s, inplace);
+    /* Every capture ends (also after a failed call) before any graph is
+       instantiated, which no capture may be going on for. */
+    std::vector<cudaGraph_t> g(b->n);
+    cudaError_t ce = cudaSuccess;
+    for (int r = 0; r < b->n; r++) {
+      CUDA_CHECK(cudaSetDevice(b->dev[r]));
+      cudaError_t e = cudaStreamEndCapture(b->stream[r], &g[r]);
+      if (ce == cudaSuccess) ce = e;
+    }
+    for (int r = 0; r < b->n && ce == cudaSuccess; r++) {
+      CUDA_CHECK(cudaSetDevice(b->dev[r]));
+      ce = cudaGraphInstantiate(&exec[r], g[r], 0);
+    }
+    for (int r = 0; r < b->n; r++)
+      if (g[r]) cudaGraphDestroy(g[r]);
+    if (ce != cudaSuccess && err->empty()) *err = std::string("capturing a CUDA graph: ") + cudaGetErrorString(ce);
+    if (!err->empty()) {
+      for (int r = 0; r < b->n; r++)
+        if (exec[r]) cudaGraphExecDestroy(exec[r]);
+      return -1;
+    }
+  }
   for (int r = 0; r < b->n; r++) {
     CUDA_CHECK(cudaSetDevice(b->dev[r]));
     CUDA_CHECK(cudaEventRecord(b->start[r], b->stream[r]));
   }
-  for (int i = 0; i < b->o.iters; i++)
+  for (int i = 0; i < G; i++)
+    for (int r = 0; r < b->n; r++) {
+      CUDA_CHECK(cudaSetDevice(b->dev[r]));
+      CUDA_CHECK(cudaGraphLaunch(exec[r], b->stream[r]));
+    }
+  for (int i = 0; i < (G ? 0 : b->o.iters); i++)
     if (!(*err = launch(b, s, inplace)).empty()) return -1;
   float worst = 0;
   for (int r = 0; r < b->n; r++) {
@@ -489,8 +531,9 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
     CUDA_CHECK(cudaEventSynchronize(b->stop[r]));
     CUDA_CHECK(cudaEventElapsedTime(&ms, b->start[r], b->stop[r]));
     if (ms > worst) worst = ms;
+    if (G) CUDA_CHECK(cudaGraphExecDestroy(exec[r]));
   }
-  return worst * 1e3 / b->o.iters;
+  return worst * 1e3 / b->o.iters / (G ? G : 1);
 }
 
 /* Wrong elements over -c checked resccl calls on every rank; -1 when a call failed. */
