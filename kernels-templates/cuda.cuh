@@ -27,7 +27,8 @@
 ** before it in the plan's order, or for earlier units of its TB.
 **
 ** Calls follow one another without any reset: FIFO counters run on from
-** call to call, and flags count micro-batches from the plan's load: each
+** call to call, and flags count micro-batches from the plan's load (only
+** what the copy engine shares is zeroed per call, on the GPU): each
 ** block keeps its count of calls and of their micro-batches in RxRun.epoch,
 ** so a replayed CUDA graph runs right. A wait that lasts past the call's timeout
 ** raises the plan's stop flag; every TB then skips its remaining waits, so
@@ -400,15 +401,14 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
 }
 
 /* The block wrote its unit of micro-batch m of what a copy-engine copy
-   reads: count it on counter k (of n); the copy stream waits until every
-   slice is counted. The system fence puts the writes before the count for
-   the copy engine. Posted even after a wait gave up, so the copy stream
-   ends too. */
-__device__ static inline void rx_ce_post(RxCtx *x, int k, int n, int m) {
+   reads: count it on counter k; the copy stream waits until every slice is
+   counted. The system fence puts the writes before the count for the copy
+   engine. Posted even after a wait gave up, so the copy stream ends too. */
+__device__ static inline void rx_ce_post(RxCtx *x, int k, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
-    atomicAdd(&x->a->posts[(size_t)m * (unsigned)n + (unsigned)k], 1u);
+    atomicAdd(&x->a->posts[(size_t)m * (unsigned)x->a->ncounters + (unsigned)k], 1u);
   }
 }
 
@@ -663,7 +663,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_WAIT(f) rx_wait(x, f, m)
 #define RX_POST(f) rx_post(x, f, m)
 #define RX_CE_WAIT(f) rx_ce_wait(x, f, m)
-#define RX_CE_POST(k, n) rx_ce_post(x, k, n, m)
+#define RX_CE_POST(k) rx_ce_post(x, k, m)
 #define RX_SEND(c, b, i, n) RX_TRACED(rx_send(x, c, b, i, -1, 0, n, m))
 #define RX_RECV(c, b, i, n) RX_TRACED(rx_recv(x, c, -1, -1, 0, b, i, n, 0, m))
 #define RX_PUT(c, p, b, i, db, di, n, l) RX_TRACED(rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m))

@@ -82,9 +82,10 @@ typedef struct RxArgs {
   int nranks, nmicro, dtype, op, direct;
   int nslice, turns;         /* slices of this call's tiles; 1: the blocks take them in turn */
   unsigned long long timeout_ns; /* a wait longer than this stops every TB; 0 = never */
-  unsigned *posts;           /* [m * counters + k]: units of micro-batch m that counter k's writer finished in
+  unsigned *posts;           /* [m * ncounters + k]: units of micro-batch m that counter k's writer finished in
                                 this call (RX_CE_POST; a copy stream waits for nslice of them; the barrier before
                                 the call zeroes them), on this GPU */
+  int ncounters;
 } RxArgs;
 
 /* The barrier around a call's copy-engine copies (runtime.c's ce_copies):

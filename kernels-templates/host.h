@@ -137,7 +137,7 @@ static inline void rx_post(RxCtx *x, int f, int m) { rx_set(&x->run->flag[f], (u
 /* Wait until the copy engine has put micro-batch m of the copy with flag f. */
 static inline int rx_ce_wait(RxCtx *x, int f, int m) { return rx_wait_word(x, &x->run->ceflag[f], m, RX_WAIT_CE, f); }
 
-/* Micro-batch m of what a copy-engine copy reads is written (counter k of n). */
+/* Micro-batch m of what a copy-engine copy reads is written (counter k). */
 static inline void rx_ce_post(RxCtx *x, int k, int m) { rx_set(&x->run->cepost[k], (uint32_t)m + 1); }
 
 /* Wait for a free slot of connection c; returns its address or NULL on abort. */
@@ -296,7 +296,7 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_WAIT(f) do { if (rx_wait(x, f, m)) return; } while (0)
 #define RX_CE_WAIT(f) do { if (rx_ce_wait(x, f, m)) return; } while (0)
 #define RX_POST(f) rx_post(x, f, m)
-#define RX_CE_POST(k, n) rx_ce_post(x, k, m)
+#define RX_CE_POST(k) rx_ce_post(x, k, m)
 #define RX_SEND(c, b, i, n) do { if (rx_send(x, c, b, i, -1, 0, n, m)) return; } while (0)
 #define RX_RECV(c, b, i, n) do { if (rx_recv(x, c, -1, -1, 0, b, i, n, 0, m)) return; } while (0)
 #define RX_PUT(c, p, b, i, db, di, n, l) do { if (rx_put(x, c, p, b, i, -1, 0, db, di, n, l, m)) return; } while (0)

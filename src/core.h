@@ -296,8 +296,10 @@ typedef struct {
   int fuse;          /* FUSE_NEVER; FUSE_AUTO: at task level only fusions that serialise
                         nothing (lower.c), and none that deadlock; FUSE_ALWAYS */
   ExecOrder order;   /* how each TB loops over micro-batches */
-  int ce;            /* 1: copies and puts that wait for nothing go to the copy engine, where nothing
-                        waits for them or only the reduction of what they put (tballoc.c's offload) */
+  int ce;            /* 1: copies and puts that wait for nothing (or only for their source's one
+                        writer, which counts micro-batches for them) go to the copy engine, where
+                        nothing waits for them or only the reduction of what they put (tballoc.c's
+                        offload) */
   Stage stop_after;  /* last stage to run */
 } Options;
 

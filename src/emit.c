@@ -103,7 +103,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
     break;
   }
   if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
-  if (p->cepost >= 0) call(b, "RX_CE_POST", "ii", p->cepost, pl->nceposts); /* a copy-engine copy waits for it */
+  if (p->cepost >= 0) call(b, "RX_CE_POST", "i", p->cepost); /* a copy-engine copy waits for it */
   if (close) buf_puts(b, "  }\n");
 }
 

@@ -296,9 +296,10 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
       rc = err_set(e, RC_EEXEC, "connection %d: %u pieces sent, %u taken (its two ends cut tiles differently)", c,
                    sent, taken);
   }
-  /* The copy-engine copies nothing waits for, after the TBs: their
-     conditions make any time as good, and a copy whose destination a TB
-     reads or writes, or whose source a TB writes, then fails the check. */
+  /* The copy-engine copies that wait for nothing and that nothing waits
+     for, after the TBs: their conditions make any time as good, and a copy
+     whose destination a TB reads or writes, or whose source a TB writes,
+     then fails the check. */
   for (int r = 0; rc == RC_OK && r < R; r++) {
     CeWorker after = {pl, &run, r, 0, 0};
     ce_worker(&after);

@@ -23,11 +23,13 @@ if [ "$mode" = build ]; then
   # both hops on the copy engine, the second waiting for the reducing TB's counters
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --ce --plan "$tmp/allreduce-ce.plan"
   # Copies that name a flag twice, reach past their buffer, wait for a counter while a reduction waits
-  # for them, or name a counter the plan does not have, make a file the runtime refuses.
+  # for them, or name a counter the plan does not have or its kernel never posts, make a file the
+  # runtime refuses.
   for bad in 'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 0 -1/|copies' \
     'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 1 0 1 0 2 1 -1/|copies' \
     'allreduce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 1 0/|copies' \
-    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/|counters'; do
+    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/|counters' \
+    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/;s/^counters 2$/counters 3/|counters'; do
     IFS='|'
     set -- $bad
     unset IFS

@@ -130,8 +130,10 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; th
   echo "probe-push: $r"
   took probe-push
 fi
-# What one block moves through its SM reducing locally (tools/probe-reduce.cu).
-if [ "${BENCH:-1}" = 1 ] && [ -x build-gpu/probe-reduce ]; then
+# What one block moves through its SM reducing locally (tools/probe-reduce.cu;
+# built for Hopper, sm_90).
+if [ "${BENCH:-1}" = 1 ] && [ -x build-gpu/probe-reduce ] &&
+  [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)" = 9.0 ]; then
   build-gpu/probe-reduce 256 >"$out/probe-reduce.txt" 2>&1 || fail=1
   cat "$out/probe-reduce.txt"
   took probe-reduce

@@ -7,7 +7,8 @@
 ** One GPU; every block moves one contiguous slice of 16-byte vectors.
 ** Variants, each with 1, 4, 8, 16 and 32 blocks:
 **   ld xU/T       U 16-byte loads per operand in flight per thread, T
-**                 threads (the runtime's rx_move_t is ld x4/512)
+**                 threads (the runtime's rx_move_t: ld x8/512; x4 with
+**                 -DRX_UNROLL=8)
 **   bulk SxK      Hopper's bulk copy (cp.async.bulk) brings both operands
 **                 into S shared-memory stages of K KiB each, completing on
 **                 an mbarrier; the block adds them and stores to memory
@@ -215,7 +216,9 @@ int main(int argc, char **argv) {
      are byte patterns, so every element of c is the same sum. */
   CK(cudaMemset(c, 0xff, bytes));
   red_bulk<<<8, 256, 6 * 2 * 16384>>>(c, a, b, nv, 6, 16384);
+  CK(cudaGetLastError());
   float *h = (float *)malloc(bytes), x, y;
+  if (!h) return fprintf(stderr, "out of memory\n"), 1;
   CK(cudaMemcpy(h, c, bytes, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(&x, a, 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(&y, b, 4, cudaMemcpyDeviceToHost));

@@ -36,10 +36,11 @@ options:
                          them: fewer TBs, slower, FIFOs of two tiles
   --order task|algorithm how a TB loops over micro-batches: task-level
                          (default) or algorithm-level, as MSCCL runs
-  --ce                   copies and direct sends that wait for nothing and
-                         that nothing waits for run on the copy engine, with
-                         no TB (an all-gather on two ranks needs none); plan
-                         files hold that form anyway, for large calls
+  --ce                   copies and direct sends that wait for nothing (or
+                         only for their source's one writer) and that nothing
+                         waits for run on the copy engine, with no TB (an
+                         all-gather on two ranks needs none); plan files hold
+                         that form anyway, for large calls
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify

@@ -105,7 +105,8 @@ static const char USAGE[] =
     "  -n, --iters N         timed calls per size (20)\n"
     "  -w, --warmup_iters N  untimed calls before them (5)\n"
     "  -G, --cudagraph N     capture the -n calls into a CUDA graph per rank's stream\n"
-    "                        and time N launches of it: no host time between calls (0)\n"
+    "                        and time N launches of it: no host time between calls;\n"
+    "                        one rank per GPU, -w 1 or more (0)\n"
     "  -c, --check N         checked calls per size; 0: #wrong is N/A (1)\n"
     "  -d, --dtype TYPE      int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
     "                        double, or i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64 (float)\n"
@@ -217,6 +218,10 @@ static Opts parse(int argc, char **argv) {
     o.plans.push_back(p);
   }
   if (o.minbytes > o.maxbytes) usage_error("-b %zu is larger than -e %zu", o.minbytes, o.maxbytes);
+  /* A capture per rank's stream: ranks sharing a GPU are joined across their streams, which separate
+     captures refuse; and a size's first call may allocate, which a capture cannot. */
+  if (o.graphs && o.virt) usage_error("-G needs one rank per GPU (not --virtual)");
+  if (o.graphs && o.warmup < 1) usage_error("-G needs -w 1 or more: a size's first call may allocate");
   return o;
 }
 

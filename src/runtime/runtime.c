@@ -414,6 +414,12 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   v->src = malloc(n + 1);
   if (!v->src || fread(v->src, 1, n, f) != n) BAD("source truncated");
   v->src[n] = '\0';
+  /* A copy that waits for a counter the kernel never posts would wait forever. */
+  for (int i = 0; i < v->nce; i++) {
+    char post[32];
+    snprintf(post, sizeof post, "RX_CE_POST(%d)", v->ce[CE_INTS * i + 8]);
+    if (v->ce[CE_INTS * i + 8] >= 0 && !strstr(v->src, post)) BAD("counters");
+  }
 #undef BAD
   *out = v;
   return resccl_success;
@@ -508,7 +514,10 @@ static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes) {
   if (!a) return rt_fail(resccl_system_error, "out of memory");
   v->allocs = a;
   CU(cudaMalloc((void **)p, bytes ? bytes : 1));
+  /* Zeroed before any stream uses it: the memset goes on the legacy stream,
+     which a user's non-blocking stream does not wait for. */
   CU(cudaMemset(*(void **)p, 0, bytes ? bytes : 1));
+  CU(cudaStreamSynchronize(cudaStreamLegacy));
   v->allocs[v->nallocs++] = *(void **)p;
   return resccl_success;
 }
@@ -896,6 +905,8 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaSt
 static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cudaStream_t st) {
   size_t words = nmicro * (size_t)v->ncounters;
   if (words <= v->post_words) return resccl_success;
+  if (words > (size_t)1 << 28)
+    return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->ncounters);
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CU(cudaSetDevice(c->cudev));
   CU(cudaStreamIsCapturing(st, &cap));
@@ -906,7 +917,6 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cuda
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
     TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words));
-    CU(cudaMemset(v->dev[d].posts, 0, sizeof(unsigned) * words));
   }
   v->post_words = words;
   return resccl_success;
@@ -1142,7 +1152,7 @@ static resccl_result_t launch(Call *calls, int n) {
           present++;
         }
       a.direct = present == c->v->nranks && c->plan->conf.direct;
-      a.posts = c->v->dev[d].posts;
+      a.posts = c->v->dev[d].posts, a.ncounters = c->v->ncounters;
       if (!a.direct) memset(a.buf, 0, sizeof a.buf);
       a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
       int ranks = 0;
