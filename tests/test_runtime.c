@@ -269,6 +269,25 @@ static void bad_arguments(void) {
   printf("bad arguments: %s\n", failures ? "see failures" : "every one refused with its code");
 }
 
+/* Load DIR/COLL<suffix>.plan and run the collective out of place and in
+   place at 1, 4099 and 2^20 elements, repeated. */
+static resccl_result_t plan_runs(const char *dir, const char *coll, const char *suffix) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s%s.plan", dir, coll, suffix);
+  resccl_result_t rc = resccl_plan_load(comm[0], path);
+  CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
+  if (rc) return rc;
+  int blocks = -1;
+  resccl_plan_blocks(comm[0], coll, &blocks);
+  printf("%s%s: %d blocks per rank\n", coll, *suffix ? " (copy engine)" : "", blocks);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    collective(coll, 1, inplace, 1);
+    collective(coll, 4099, inplace, 3);
+    collective(coll, 1 << 20, inplace, 2);
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "build")) {
     for (int i = 2; i < argc; i++) {
@@ -301,21 +320,8 @@ int main(int argc, char **argv) {
   CHECK(resccl_plan_load(comm[0], path) == resccl_system_error, "a missing plan file loaded");
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
   size_ranges(path); /* first: before any plan covers every size */
-  for (int c = 0; c < 4; c++) {
-    snprintf(path, sizeof path, "%s/%s.plan", argv[2], colls[c]);
-    resccl_result_t rc = resccl_plan_load(comm[0], path);
-    CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
-    if (rc) continue;
-    int blocks = 0;
-    resccl_plan_blocks(comm[0], colls[c], &blocks);
-    printf("%s: %d blocks per rank\n", colls[c], blocks);
-    for (int inplace = 0; inplace < 2; inplace++) {
-      collective(colls[c], 1, inplace, 1);
-      collective(colls[c], 4099, inplace, 3);
-      collective(colls[c], 1 << 20, inplace, 2);
-    }
-    if (c == 0) graph_replay("allreduce", 1 << 20);
-  }
+  for (int c = 0; c < 4; c++)
+    if (plan_runs(argv[2], colls[c], "") == resccl_success && c == 0) graph_replay("allreduce", 1 << 20);
   /* Plans compiled with --ce: what waits for nothing goes to the copy
      engine (all of it, for a two-rank all-gather and any all-to-all; the
      puts that a reduce-scatter's or an all-reduce's reductions wait for); a
@@ -323,24 +329,13 @@ int main(int argc, char **argv) {
      buffers. */
   static const char *const ce_colls[] = {"allgather", "alltoall", "reducescatter", "allreduce"};
   for (int c = 0; c < 4; c++) {
-    snprintf(path, sizeof path, "%s/%s-ce.plan", argv[2], ce_colls[c]);
-    resccl_result_t rc = resccl_plan_load(comm[0], path);
-    CHECK(rc == resccl_success, "load %s: %s", path, resccl_get_error_string(rc));
-    if (rc) continue;
-    int blocks = -1;
-    resccl_plan_blocks(comm[0], ce_colls[c], &blocks);
-    printf("%s (copy engine): %d blocks per rank\n", ce_colls[c], blocks);
-    for (int inplace = 0; inplace < 2; inplace++) {
-      collective(ce_colls[c], 1, inplace, 1);
-      collective(ce_colls[c], 4099, inplace, 3);
-      collective(ce_colls[c], 1 << 20, inplace, 2);
-    }
+    if (plan_runs(argv[2], ce_colls[c], "-ce") != resccl_success) continue;
     if (c == 3) graph_replay("allreduce", 1 << 20); /* copy-engine flags zeroed on the GPU between replays */
     if (c == 1) {
       graph_replay("alltoall", 1 << 18);
       float *buf;
       cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * 2 * (size_t)R);
-      rc = resccl_all_to_all(buf, buf + R, 1, resccl_float32, comm[0], (resccl_stream_t)st[0]);
+      resccl_result_t rc = resccl_all_to_all(buf, buf + R, 1, resccl_float32, comm[0], (resccl_stream_t)st[0]);
       CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "copy engine"),
             "a lone rank of a copy-engine plan: %d", rc);
       cudaFree(buf);

@@ -880,18 +880,26 @@ resccl_result_t resccl_group_end(void) {
   return rc;
 }
 
+/* Buffers a call needs that grow (and allocate) only outside a CUDA graph
+   capture on c's stream st; `what` says what must grow. */
+static resccl_result_t may_grow(resccl_comm_t c, cudaStream_t st, const char *what) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CU(cudaSetDevice(c->cudev));
+  CU(cudaStreamIsCapturing(st, &cap));
+  if (cap != cudaStreamCaptureStatusNone)
+    return rt_fail(resccl_invalid_usage, "%s, which a CUDA graph capture cannot do: call once at this size before "
+                   "capturing", what);
+  return resccl_success;
+}
+
 /* The scratch buffer of (v, rank) holds at least `bytes`. A smaller one it
    replaces stays allocated until the plan is unloaded: a call queued in a
-   group or a captured graph may still use it. Growing is refused during a
-   capture (it allocates). */
+   group or a captured graph may still use it. */
 static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaStream_t st, char **out) {
   if (bytes > v->scratch_bytes[c->rank]) {
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    CU(cudaSetDevice(c->cudev));
-    CU(cudaStreamIsCapturing(st, &cap));
-    if (cap != cudaStreamCaptureStatusNone)
-      return rt_fail(resccl_invalid_usage, "scratch memory must grow to %zu bytes, which a CUDA graph capture cannot "
-                     "do: call once at this size before capturing", bytes);
+    char what[80];
+    snprintf(what, sizeof what, "scratch memory must grow to %zu bytes", bytes);
+    TRY(may_grow(c, st, what));
     TRY(dev_alloc(v, &v->scratch[c->rank], bytes));
     v->scratch_bytes[c->rank] = bytes;
   }
@@ -900,19 +908,15 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaSt
 }
 
 /* Every GPU's counters (RxArgs.posts) hold a call of nmicro micro-batches.
-   Smaller ones stay allocated until unload, as scratch does; growing is
-   refused during a capture. */
+   Smaller ones stay allocated until unload, as scratch does. */
 static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cudaStream_t st) {
   size_t words = nmicro * (size_t)v->ncounters;
   if (words <= v->post_words) return resccl_success;
   if (words > (size_t)1 << 28)
     return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->ncounters);
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CU(cudaSetDevice(c->cudev));
-  CU(cudaStreamIsCapturing(st, &cap));
-  if (cap != cudaStreamCaptureStatusNone)
-    return rt_fail(resccl_invalid_usage, "copy-engine counters must grow to %zu micro-batches, which a CUDA graph "
-                   "capture cannot do: call once at this size before capturing", nmicro);
+  char what[80];
+  snprintf(what, sizeof what, "copy-engine counters must grow to %zu micro-batches", nmicro);
+  TRY(may_grow(c, st, what));
   words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
