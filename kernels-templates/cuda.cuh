@@ -517,6 +517,21 @@ __device__ static inline void rx_started(RxCtx *x) {
 ** receiver cuts alike. Without every rank's buffers (ranks not called
 ** together) it is a plain send or copy-send through the FIFO.
 */
+/* Thread 0: wait until rank `peer`'s kernel runs this call. Its buffers
+   then hold the call's input (a pull may read them), and nothing in the
+   program touched their destinations yet (a put may write them). Returns 1
+   when it gave up. */
+__device__ static int rx_peer_runs(RxCtx *x, int peer) {
+  if (!(x->ready >> peer & 1)) {
+    unsigned spins = 0;
+    while ((int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 && !rx_give_up(x, &spins)) {
+    }
+    __threadfence(); /* what the block reads from the peer comes after */
+    x->ready |= 1ull << peer;
+  }
+  return x->stopped;
+}
+
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int last, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
@@ -527,13 +542,8 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
   __shared__ unsigned long long s_seq;
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
-    unsigned spins = 0;
-    while (!(x->ready >> peer & 1) && (int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 &&
-           !rx_give_up(x, &spins)) {
-    }
-    x->ready |= 1ull << peer;
+    s_stop = rx_peer_runs(x, peer);
     s_seq = rx_ld(rx_fifo(x, cout)->sent);
-    s_stop = x->stopped;
   }
   __syncthreads();
   if (s_stop) return; /* the peer may still be in its previous call: leave its buffers alone */
@@ -585,6 +595,40 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
   rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, &ulo, &slo, &dlo, &n);
   rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL, rx_at(x, rbuf, slo), n, done, NULL);
   __syncthreads();
+}
+
+/* A pull (tballoc.c's pull_in): once rank `peer`'s kernel runs the call,
+   copy what its (rbuf, ridx) holds to (wbuf, widx), or reduce it with
+   (ubuf, uidx) when ubuf >= 0: over the link, in one pass. The runtime runs
+   a plan that pulls only with every rank's buffers (RxArgs.direct). */
+__device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ridx, int ubuf, int uidx, int wbuf,
+                                            int widx, int cnt, int done, int m) {
+  __shared__ int s_stop;
+  if (threadIdx.x == 0) s_stop = rx_peer_runs(x, peer);
+  size_t slo, ulo, dlo, n;
+  rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, &ulo, &slo, &dlo, &n); /* its barriers publish s_stop */
+  if (s_stop) return;
+  rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL,
+          x->a->buf[peer][rbuf] + slo * x->a->esize, n, done, NULL);
+  __syncthreads();
+}
+
+/* Thread 0, at the end of a call of a plan that pulls: the block counts
+   itself done in every other rank's memory (it may have read their
+   buffers); the rank's first block then waits until every block of every
+   other rank has done so (until then they may read its buffers). Counted
+   over all calls, so a replayed CUDA graph runs right. */
+__device__ static void rx_pull_end(RxCtx *x) {
+  const RxRun *run = x->run;
+  __threadfence_system(); /* the block's reads, ended at its barrier, before the count */
+  for (int p = 0; p < run->nranks; p++)
+    if (p != x->rank) atomicAdd_system(&run->finished[p][x->rank], 1u);
+  if (x->tb || x->chan) return;
+  for (int p = 0; p < run->nranks; p++) {
+    unsigned want = x->call * (unsigned)run->rank_blocks[p], spins = 0;
+    while (p != x->rank && (int)(((volatile unsigned *)run->finished[x->rank])[p] - want) < 0 && !rx_give_up(x, &spins)) {
+    }
+  }
 }
 
 /* Thread 0 at the start of a traced call: no events yet, and the block's SM. */
@@ -675,6 +719,8 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, b, i, n, d, m))
 #define RX_RRS(ci, co, ub, ui, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m))
 #define RX_CS(co, rb, ri, wb, wi, n) RX_TRACED(rx_send(x, co, rb, ri, wb, wi, n, m))
+#define RX_PULL(p, rb, ri, wb, wi, n) RX_TRACED(rx_pull(x, p, rb, ri, -1, 0, wb, wi, n, 0, m))
+#define RX_RRC_PULL(p, rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_pull(x, p, rb, ri, ub, ui, wb, wi, n, d, m))
 #define RX_COPY(rb, ri, wb, wi, n) RX_TRACED(rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m))
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m))
 /* A rank is a switch over its TBs, the program one over its ranks: each
@@ -683,7 +729,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_RANK_TB(r, b, ne) case b: if (x->e >= 0) rx_tb_##r##_##b(x); return ne;
 #define RX_RANK_END(r) default: return 0; } }
 #define RX_RANK_EXTERN(r)
-#define RX_PROGRAM_BEGIN(n) __device__ static int rx_program(RxCtx *x) { x->ent = 0; switch (x->rank) {
+#define RX_PROGRAM_BEGIN(n, pulls) enum { rx_pulls = pulls }; __device__ static int rx_program(RxCtx *x) { x->ent = 0; switch (x->rank) {
 #define RX_PROGRAM_RANK(r, ntb) case r: return rx_rank_##r(x);
 /* The block counts the call (every block of a launch runs every call of its GPU). */
 #define RX_PROGRAM_END default: return 0; } } \
@@ -704,6 +750,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
     } \
     __syncthreads(); \
     if (threadIdx.x == 0) { \
+      if (rx_pulls) rx_pull_end(x); \
       ep[0] = x->base + (unsigned)a.nmicro, ep[1] = x->call; \
       if (a.turns) ep[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
     } }

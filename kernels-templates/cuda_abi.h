@@ -53,7 +53,11 @@ typedef struct RxRun {
   const int *block_tbi;
   unsigned *claim;         /* per TB of this GPU: units its blocks took since the plan was loaded */
   unsigned long long *done; /* per TB of this GPU and slice: call << 32 | the units of that slice done in it */
-  unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends) */
+  unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends
+                              and pulls wait for it) */
+  unsigned *const *finished; /* per rank r, in r's memory: [p] rank p's blocks that ended a call, over all calls (a
+                               plan that pulls: r's kernel ends once p's blocks stopped reading r's buffers) */
+  const int *rank_blocks;  /* per rank: its blocks in a launch */
   unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
                               calls, [3b+2]: units its TB's blocks took in them */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */

@@ -272,17 +272,19 @@ static inline int rx_recv_put(RxCtx *x, int cin, int ubuf, int uidx, int wbuf, i
   return 0;
 }
 
-/* Local copy, or reduce (out = operand (+) source) when ubuf >= 0. */
-static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt, int done,
-                           int m) {
+/* Local copy, or reduce (out = operand (+) source) when ubuf >= 0; the
+   source is rank `from`'s (a pull reads the sender's buffer). */
+static inline int rx_local(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int cnt,
+                           int done, int m) {
   size_t slo, ulo = 0, dlo, n;
   if (ubuf >= 0) rx_tile(x->run, uidx, cnt, m, &ulo, &n);
   rx_tile(x->run, ridx, cnt, m, &slo, &n);
   rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  const char *src = x->run->buf[from * 3 + rbuf] + slo * x->run->esize;
   if (ubuf >= 0) {
-    rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), rx_at(x, rbuf, slo), n, done);
+    rx_combine(x->run, rx_at(x, wbuf, dlo), rx_at(x, ubuf, ulo), src, n, done);
   } else {
-    memmove(rx_at(x, wbuf, dlo), rx_at(x, rbuf, slo), n * x->run->esize);
+    memmove(rx_at(x, wbuf, dlo), src, n * x->run->esize);
   }
   atomic_fetch_add_explicit(&x->run->progress, 1, memory_order_relaxed);
   return 0;
@@ -309,13 +311,17 @@ static inline int rx_local(RxCtx *x, int rbuf, int ridx, int ubuf, int uidx, int
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) do { if (rx_recv(x, ci, co, ub, ui, b, i, n, d, m)) return; } while (0)
 #define RX_RRS(ci, co, ub, ui, n, d) do { if (rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m)) return; } while (0)
 #define RX_CS(co, rb, ri, wb, wi, n) do { if (rx_send(x, co, rb, ri, wb, wi, n, m)) return; } while (0)
-#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m)
-#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m)
+#define RX_COPY(rb, ri, wb, wi, n) rx_local(x, x->rank, rb, ri, -1, 0, wb, wi, n, 0, m)
+#define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) rx_local(x, x->rank, rb, ri, ub, ui, wb, wi, n, d, m)
+/* Pulls: every rank's buffers are in this process, ready before the run
+   starts and kept until every thread has ended. */
+#define RX_PULL(p, rb, ri, wb, wi, n) rx_local(x, p, rb, ri, -1, 0, wb, wi, n, 0, m)
+#define RX_RRC_PULL(p, rb, ri, ub, ui, wb, wi, n, d) rx_local(x, p, rb, ri, ub, ui, wb, wi, n, d, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
 #define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
 #define RX_RANK_TB(r, b, ne) rx_tb_##r##_##b,
 #define RX_RANK_END(r) 0};
-#define RX_PROGRAM_BEGIN(n) const int rx_nranks = n; const RxRank rx_program[] = {
+#define RX_PROGRAM_BEGIN(n, pulls) const int rx_nranks = n; const RxRank rx_program[] = {
 #define RX_PROGRAM_RANK(r, ntb) {rx_rank_##r, ntb},
 #define RX_PROGRAM_END };
 

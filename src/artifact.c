@@ -3,7 +3,7 @@
 ** one section per placement, each a few lines of numbers then the emitted
 ** CUDA source. Text, so a person can read what the runtime will set up:
 **
-**   resccl-plan 4
+**   resccl-plan 5
 **   name allreduce_ring
 **   collective allreduce
 **   placement out-of-place         (or in-place)
@@ -22,6 +22,9 @@
 **                                   each, flag -1 where no reduction waits for it,
 **                                   after the counter it waits for, or -1)
 **   counters 0                     (counters copies wait for: RX_CE_POST's)
+**   pulls 0                        (receives that read the sender's buffer, tballoc.c's
+**                                   pull_in: the runtime runs them only with every
+**                                   rank's buffers)
 **   source 12345                   (then exactly that many bytes of CUDA)
 */
 #include <stdlib.h>
@@ -37,7 +40,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
     buf_free(&src);
     return rc;
   }
-  buf_printf(out, "resccl-plan 4\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
+  buf_printf(out, "resccl-plan 5\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
              coll_name(p->coll), pl->opt.inplace ? "in-place" : "out-of-place", p->nranks, p->chunks);
   buf_printf(out, "bufchunks %d %d %d\n", prog_bufchunks(p, BUF_INPUT), prog_bufchunks(p, BUF_OUTPUT),
              prog_bufchunks(p, BUF_SCRATCH));
@@ -65,7 +68,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
     buf_printf(out, "%d %d %d %d %d %d %d %d %d\n", c->src, c->rbuf, c->ridx, c->dst, c->wbuf, c->widx, c->cnt, c->flag,
                c->after);
   }
-  buf_printf(out, "counters %d\n", pl->nceposts);
+  buf_printf(out, "counters %d\npulls %d\n", pl->nceposts, pl->npulls);
   buf_printf(out, "source %zu\n", src.n);
   buf_add(out, src.s, src.n);
   buf_puts(out, "\n");

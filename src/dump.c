@@ -68,6 +68,11 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
   if (p->cin >= 0) buf_printf(b, " from r%d", pl->conn[p->cin].src);
   if (p->cout >= 0) buf_printf(b, " to r%d", pl->conn[p->cout].dst);
   buf_puts(b, " ");
+  if (p->pull) { /* tballoc.c's pull_in: it reads the sender's buffer */
+    buf_printf(b, "pulls r%d ", pl->dag.t[p->tin].src);
+    loc(b, p->rbuf, p->ridx, p->cnt);
+    buf_puts(b, ", ");
+  }
   if (p->kind == PR_SEND || p->kind == PR_CS || p->kind == PR_COPY || p->kind == PR_REDUCE) {
     loc(b, p->rbuf, p->ridx, p->cnt);
     if (p->kind != PR_SEND) buf_puts(b, p->kind == PR_REDUCE ? " +> " : " -> ");
@@ -108,6 +113,7 @@ static void dump_tb(const Plan *pl, Buf *b) {
   buf_printf(b, "tb %s: %d TBs, at most %d per rank%s%s", tb_policy_name(pl->opt.tb), pl->ntbs, plan_tbs_max(pl),
              pl->opt.order == EX_ALGO ? ", algorithm-level" : "", pl->buffered ? ", buffered FIFOs" : "");
   if (pl->nce) buf_printf(b, ", %d copies on the copy engine", pl->nce);
+  if (pl->npulls) buf_printf(b, ", %d pulls", pl->npulls);
   buf_puts(b, "\n");
   for (int r = 0; r < pl->prog->nranks; r++)
     for (int t = 0; t < pl->ntb[r]; t++) {

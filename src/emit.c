@@ -72,9 +72,15 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
       call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt);
     }
     break;
-  case PR_RECV: call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt); break;
+  case PR_RECV:
+    if (p->pull) call(b, "RX_PULL", "ibibii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);
+    else call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt);
+    break;
   case PR_RRC:
-    if (p->ce) { /* the copy engine put it where it is: wait for the copy, reduce into it (its operand) */
+    if (p->pull) { /* reduce what the sender's buffer holds with the operand */
+      call(b, "RX_RRC_PULL", "ibibibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx,
+           p->cnt, done);
+    } else if (p->ce) { /* the copy engine put it where it is: wait for the copy, reduce into it (its operand) */
       int f = 0;
       while (pl->ce[f].task != p->tin) f++;
       call(b, "RX_CE_WAIT", "i", pl->ce[f].flag);
@@ -134,7 +140,8 @@ void emit_table(const Plan *pl, int externs, Buf *b) {
   int R = pl->prog->nranks;
   if (externs)
     for (int r = 0; r < R; r++) buf_printf(b, "RX_RANK_EXTERN(%d)\n", r);
-  buf_printf(b, "\nRX_PROGRAM_BEGIN(%d)\n", R);
+  /* pulls: every kernel waits at its end for those that read its buffers */
+  buf_printf(b, "\nRX_PROGRAM_BEGIN(%d, %d)\n", R, pl->npulls > 0);
   for (int r = 0; r < R; r++) buf_printf(b, "  RX_PROGRAM_RANK(%d, %d)\n", r, pl->ntb[r]);
   buf_puts(b, "RX_PROGRAM_END\n");
 }

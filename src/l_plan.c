@@ -32,6 +32,7 @@ static int l_compile(lua_State *L) {
                .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
                .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
                .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders), .ce = l_optbool(L, 3, "ce", 0),
+               .pull = l_optbool(L, 3, "pull", 0),
                .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
@@ -67,6 +68,10 @@ static int l_plan_report(lua_State *L) {
     l_setint(L, "tbs_per_rank_max", plan_tbs_max(pl));
     l_setint(L, "flags", pl->nflags);
     l_setint(L, "ce_copies", pl->nce);
+    l_setint(L, "pulls", pl->npulls);
+    int pred = 0; /* pulls that reduce what they read */
+    for (int i = 0; i < pl->np; i++) pred += pl->p[i].pull && pl->p[i].kind == PR_RRC;
+    l_setint(L, "pulled_reductions", pred);
     int ends = 0; /* reductions that wait for the copy engine and that nothing waits for */
     for (int i = 0; i < pl->np; i++) ends += pl->p[i].ce && pl->p[i].flag < 0 && pl->p[i].cepost < 0;
     l_setint(L, "ce_ends", ends);

@@ -22,7 +22,8 @@
 ** Then each TB's program is its primitives in order; waits between
 ** primitives of one TB disappear (program order), the rest get a flag.
 ** State-based plans then lend idle TBs local copies (see lend), and with
-** Options.ce the copy engine takes what needs no TB (see offload).
+** Options.ce the copy engine takes what needs no TB (see offload), and with
+** Options.pull receives read what their sends would have put (see pull_in).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -622,6 +623,36 @@ static void renumber_flags(Plan *pl) {
   free(to);
 }
 
+/* The primitives `out` marks leave the TBs (nothing waits for them); TBs
+   left empty go, and flags nothing waits for any more. */
+static void drop_prims(Plan *pl, const char *out) {
+  int np = pl->np;
+  /* A primitive joined to a removed one's micro-batch loop opens its own. */
+  for (int k = 0; k + 1 < pl->tb_off[pl->ntbs]; k++)
+    if (out[pl->tb_prims[k]] && pl->p[pl->tb_prims[k + 1]].join && pl->p[pl->tb_prims[k + 1]].seq > 0)
+      pl->p[pl->tb_prims[k + 1]].join = 0;
+  /* Renumber the primitives that stay; waits never name a removed one (nothing waits for it). */
+  int *to = xmalloc(((size_t)np + 1) * sizeof *to), *key = xmalloc(((size_t)np + 1) * sizeof *key), n = 0;
+  char *gone = xcalloc((size_t)pl->ntbs + 1, 1);
+  for (int g = 0; g < pl->ntbs; g++) gone[g] = 1;
+  for (int i = 0; i < np; i++) {
+    to[i] = out[i] ? -1 : n;
+    if (out[i]) continue;
+    gone[pl->tb_base[pl->p[i].rank] + pl->p[i].tb] = 0;
+    key[n] = pl->p[i].seq, pl->p[n++] = pl->p[i];
+  }
+  pl->np = n;
+  for (int w = 0; w < pl->nwait; w++) pl->wait[w] = to[pl->wait[w]];
+  for (int t = 0; t < pl->dag.n; t++) {
+    pl->task_send[t] = pl->task_send[t] >= 0 ? to[pl->task_send[t]] : -1;
+    pl->task_recv[t] = pl->task_recv[t] >= 0 ? to[pl->task_recv[t]] : -1;
+  }
+  plan_rank_lists(pl);
+  drop_tbs(pl, gone, key);
+  renumber_flags(pl);
+  free(to), free(key), free(gone);
+}
+
 static void offload(Plan *pl) {
   int R = pl->prog->nranks, np = pl->np, cap = 0;
   char *out = xcalloc((size_t)np + 1, 1); /* primitives that leave the TBs */
@@ -656,31 +687,47 @@ static void offload(Plan *pl) {
     ce_add(pl, &cap, p->tout, p, q, -1, wr->cepost);
     out[i] = out[q - pl->p] = 1;
   }
-  if (!pl->nce) return free(out);
-  /* A primitive joined to a removed one's micro-batch loop opens its own. */
-  for (int k = 0; k + 1 < pl->tb_off[pl->ntbs]; k++)
-    if (out[pl->tb_prims[k]] && pl->p[pl->tb_prims[k + 1]].join && pl->p[pl->tb_prims[k + 1]].seq > 0)
-      pl->p[pl->tb_prims[k + 1]].join = 0;
-  /* Renumber the primitives that stay; waits never name a removed one (nothing waits for it). */
-  int *to = xmalloc(((size_t)np + 1) * sizeof *to), *key = xmalloc(((size_t)np + 1) * sizeof *key), n = 0;
-  char *gone = xcalloc((size_t)pl->ntbs + 1, 1);
-  for (int g = 0; g < pl->ntbs; g++) gone[g] = 1;
-  for (int i = 0; i < np; i++) {
-    to[i] = out[i] ? -1 : n;
-    if (out[i]) continue;
-    gone[pl->tb_base[pl->p[i].rank] + pl->p[i].tb] = 0;
-    key[n] = pl->p[i].seq, pl->p[n++] = pl->p[i];
+  if (pl->nce) drop_prims(pl, out);
+  free(out);
+}
+
+/*
+** Pull (Options.pull). A send that reads what no primitive of its rank
+** writes (an input the call never changes), that waits for nothing and that
+** nothing waits for, has nothing to do that its receiver cannot do: the
+** receive reads the sender's buffer itself (NCCL's DirectRead) and the send
+** goes. A plain receive then copies, a reduction reduces, what it reads over
+** the link, in one pass: no FIFO, no flag per piece, no landing buffer, and
+** its own waits still order it on its rank. A kernel starts a pull once the
+** sender's kernel runs the call, and a kernel ends only when every block
+** that pulls from it is done (cuda.cuh). On 2xH200 a one-shot all-reduce
+** whose 16 blocks pull moved 98-308 GB/s from 1 to 32 MiB, where pushing it
+** moved 58-285 (tools/probe-pull.cu, BENCHMARKS.md).
+*/
+static void pull_in(Plan *pl) {
+  int R = pl->prog->nranks;
+  char *out = xcalloc((size_t)pl->np + 1, 1); /* the sends that go */
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *p = &pl->p[i], *q = p->kind == PR_SEND ? &pl->p[pl->task_recv[p->tout]] : NULL;
+    out[i] = q && !p->nwaits && p->flag < 0 && !p->join && alone(pl, p, 1, 0) && !q->join &&
+             (q->kind == PR_RECV || q->kind == PR_RRC);
   }
-  pl->np = n;
-  for (int w = 0; w < pl->nwait; w++) pl->wait[w] = to[pl->wait[w]];
-  for (int t = 0; t < pl->dag.n; t++) {
-    pl->task_send[t] = pl->task_send[t] >= 0 ? to[pl->task_send[t]] : -1;
-    pl->task_recv[t] = pl->task_recv[t] >= 0 ? to[pl->task_recv[t]] : -1;
+  /* A rank keeps a primitive: its kernel tells pullers that its buffers are
+     ready, and holds them until they are done. */
+  for (int r = 0; r < R; r++) {
+    int left = 0;
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1]; k++) left += !out[pl->rank_prims[k]];
+    for (int k = pl->rank_off[r]; k < pl->rank_off[r + 1] && !left; k++) out[pl->rank_prims[k]] = 0;
   }
-  plan_rank_lists(pl);
-  drop_tbs(pl, gone, key);
-  renumber_flags(pl);
-  free(out), free(to), free(key), free(gone);
+  for (int i = 0; i < pl->np; i++) {
+    if (!out[i]) continue;
+    const Prim *p = &pl->p[i];
+    Prim *q = &pl->p[pl->task_recv[p->tout]];
+    q->pull = 1, q->direct = 0, q->cin = -1, q->rbuf = p->rbuf, q->ridx = p->ridx;
+    pl->npulls++;
+  }
+  if (pl->npulls) drop_prims(pl, out);
+  free(out);
 }
 
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
@@ -699,6 +746,7 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   if (pol == TB_MERGE) merge(pl);
   if (pol == TB_STATE) lend(pl);
   if (pl->opt.ce) offload(pl);
+  if (pl->opt.pull) pull_in(pl);
   return RC_OK;
 }
 

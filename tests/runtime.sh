@@ -22,21 +22,25 @@ if [ "$mode" = build ]; then
   "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks=2 --ce --plan "$tmp/reducescatter-ce.plan"
   # both hops on the copy engine, the second waiting for the reducing TB's counters
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --ce --plan "$tmp/allreduce-ce.plan"
+  # a one-shot all-reduce whose receives read the peer's input
+  "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks=2 --pull --plan "$tmp/allreduce-pull.plan"
   # Copies that name a flag twice, reach past their buffer, wait for a counter while a reduction waits
-  # for them, or name a counter the plan does not have or its kernel never posts, make a file the
-  # runtime refuses.
-  for bad in 'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 0 -1/|copies' \
-    'reducescatter|s/^1 0 0 0 1 0 1 1 -1$/1 0 1 0 1 0 2 1 -1/|copies' \
-    'allreduce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 1 0/|copies' \
-    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/|counters' \
-    'allreduce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/;s/^counters 2$/counters 3/|counters'; do
+  # for them, or name a counter the plan does not have or its kernel never posts, and pulls the
+  # kernel's source disowns or that it makes unannounced, make a file the runtime refuses.
+  for bad in 'reducescatter-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 0 -1/|copies' \
+    'reducescatter-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 1 0 1 0 2 1 -1/|copies' \
+    'allreduce-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 1 0/|copies' \
+    'allreduce-ce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/|counters' \
+    'allreduce-ce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/;s/^counters 2$/counters 3/|counters' \
+    'allreduce-ce|s/^pulls 0$/pulls 1/|pulls' \
+    'allreduce-pull|s/^pulls 2$/pulls 0/|pulls'; do
     IFS='|'
     set -- $bad
     unset IFS
-    sed "$2" "$tmp/$1-ce.plan" >"$tmp/bad.plan"
-    ! cmp -s "$tmp/bad.plan" "$tmp/$1-ce.plan" || { echo "runtime.sh: $bad changed nothing"; exit 1; }
+    sed "$2" "$tmp/$1.plan" >"$tmp/bad.plan"
+    ! cmp -s "$tmp/bad.plan" "$tmp/$1.plan" || { echo "runtime.sh: $bad changed nothing"; exit 1; }
     if "$test" build "$tmp/bad.plan" >"$tmp/bad.log" 2>&1 || ! grep -q "($3)" "$tmp/bad.log"; then
-      echo "runtime.sh: a plan file with bad copies ($bad) was not refused"; cat "$tmp/bad.log"; exit 1
+      echo "runtime.sh: a plan file with bad copies or pulls ($bad) was not refused"; cat "$tmp/bad.log"; exit 1
     fi
     rm "$tmp/bad.plan"
   done
@@ -56,4 +60,8 @@ done
 "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --ce --plan "$tmp/reducescatter-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks="$ranks" --ce --plan "$tmp/allreduce-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$((ranks + 1)) --plan "$tmp/other-ranks.plan"
+# With --pull: receives read the sender's input (a one-shot all-reduce, a reduce-scatter, an all-gather).
+"$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks="$ranks" --pull --plan "$tmp/allreduce-pull.plan"
+"$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --pull --plan "$tmp/reducescatter-pull.plan"
+"$bin" compile "$src/algorithms/allgather_ring.lua" ranks="$ranks" --pull --plan "$tmp/allgather-pull.plan"
 RANKS=$ranks exec "$test" run "$tmp"

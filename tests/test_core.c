@@ -520,7 +520,7 @@ static void test_emit(void **state) {
   buf_init(&b);
   assert_int_equal(emit_program(&pl, EMIT_HOST, &b, &e), RC_OK);
   assert_non_null(strstr(b.s, "RX_FOR_M {"));
-  assert_non_null(strstr(b.s, "RX_PROGRAM_BEGIN(3)"));
+  assert_non_null(strstr(b.s, "RX_PROGRAM_BEGIN(3, 0)"));
   assert_non_null(strstr(b.s, "(ring.lua:"));
   assert_null(strstr(b.s, "${"));
   buf_free(&b);

@@ -279,7 +279,7 @@ static resccl_result_t plan_runs(const char *dir, const char *coll, const char *
   if (rc) return rc;
   int blocks = -1;
   resccl_plan_blocks(comm[0], coll, &blocks);
-  printf("%s%s: %d blocks per rank\n", coll, *suffix ? " (copy engine)" : "", blocks);
+  printf("%s%s: %d blocks per rank\n", coll, suffix, blocks);
   for (int inplace = 0; inplace < 2; inplace++) {
     collective(coll, 1, inplace, 1);
     collective(coll, 4099, inplace, 3);
@@ -341,6 +341,20 @@ int main(int argc, char **argv) {
       cudaFree(buf);
     }
   }
+  /* Plans compiled with --pull: receives read the sender's input (a
+     one-shot all-reduce, a reduce-scatter, an all-gather), replayed in
+     graphs too; a rank called alone is refused, as it has no peer's buffers. */
+  static const char *const pull_colls[] = {"allreduce", "reducescatter", "allgather"};
+  for (int c = 0; c < 3; c++) {
+    if (plan_runs(argv[2], pull_colls[c], "-pull") != resccl_success || c) continue;
+    graph_replay("allreduce", 1 << 20);
+    float *buf;
+    cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * 2);
+    resccl_result_t rc = resccl_all_reduce(buf, buf + 1, 1, resccl_float32, resccl_sum, comm[0], (resccl_stream_t)st[0]);
+    CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "peers' buffers"),
+          "a lone rank of a pulling plan: %d", rc);
+    cudaFree(buf);
+  }
   /* A plan file holds a placement's copy-engine form after its TB form;
      calls from RESCCL_CE_FROM bytes run it (on two ranks an all-gather's
      has no block). */
@@ -349,17 +363,24 @@ int main(int argc, char **argv) {
   CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_CE_FROM"),
         "RESCCL_CE_FROM=8X accepted");
   setenv("RESCCL_CE_FROM", "8K", 1);
+  setenv("RESCCL_PULL_BELOW", "0", 1); /* the pulling form otherwise runs these sizes */
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
-  unsetenv("RESCCL_CE_FROM");
+  unsetenv("RESCCL_CE_FROM"), unsetenv("RESCCL_PULL_BELOW");
   int small = -1, large = -1;
   resccl_call_blocks(comm[0], "allgather", 4 * (size_t)R, &small);
   resccl_call_blocks(comm[0], "allgather", 4099 * 4 * (size_t)R, &large);
   CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by size: %d, %d", small, large);
   for (int inplace = 0; inplace < 2; inplace++) collective("allgather", 1, inplace, 1), collective("allgather", 4099, inplace, 2);
   printf("allgather      by size       blocks %d below 8 KiB, %d from there\n", small, large);
-  /* The plain all-reduce again: the checks below call ranks alone. */
+  /* The plain all-reduce again, without its pulling form: the checks below
+     call ranks alone. */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
+  setenv("RESCCL_PULL_BELOW", "1X", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_PULL_BELOW"),
+        "RESCCL_PULL_BELOW=1X accepted");
+  setenv("RESCCL_PULL_BELOW", "0", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
+  unsetenv("RESCCL_PULL_BELOW");
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
   resccl_result_t rc = resccl_plan_load(comm[0], path);
   CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);

@@ -3,7 +3,8 @@
 # label gpu), every shipped algorithm and every dtype x op on the GPUs
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
-# peer (tools/probe-push.cu), what a block reduces (tools/probe-reduce.cu) and
+# peer (tools/probe-push.cu), what reading the peer's input gives (tools/probe-pull.cu),
+# what a block reduces (tools/probe-reduce.cu) and
 # the benchmarks.
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
@@ -89,6 +90,13 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check "allreduce_ring.r2.ce.gpu$ngpu" algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" $big dtype=f16 op=sum --ce
   check allgather_ring.r4.ce.virtual algorithms/allgather_ring.lua ranks=4 ndev=1 count=4099 nmicro=3 dtype=u8 --ce
   check allreduce_ring.r2.f64prod algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" count=1001 dtype=f64 op=prod
+  # Pulls (--pull): receives read the sender's input: a one-shot all-reduce and a reduce-scatter
+  # across the GPUs, an all-gather and recursive doubling on virtual ranks.
+  check "allreduce_allpairs.r2.pull.gpu$ngpu" algorithms/allreduce_allpairs.lua ranks=2 ndev="$ngpu" $big dtype=f16 --pull
+  check "reducescatter_ring.r2.pull.gpu$ngpu" algorithms/reducescatter_ring.lua ranks=2 ndev="$ngpu" $big dtype=bf16 \
+    op=avg --pull
+  check allgather_ring.r2.pull.virtual algorithms/allgather_ring.lua ranks=2 ndev=1 count=4099 nmicro=3 dtype=u8 --pull
+  check allreduce_rd.r8.pull.virtual algorithms/allreduce_rd.lua ranks=8 ndev=1 count=4099 nmicro=3 dtype=f64 op=prod --pull
   # Every dtype with every op on virtual ranks, at an odd count (vector tails);
   # avg also through recvReduceCopySend and recvReduceSend (allreduce_rd on 8
   # ranks), reduce-scatter, and across the GPUs; copies of 1- and 2-byte types.
@@ -118,6 +126,9 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/allreduce_ring.lua ranks=2 ndev=1 \
     count=4099 nmicro=3 iters=0 --ce --gpu >"$out/sanitizer-ce-ar.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
   printf '%-44s %s  %s\n' "compute-sanitizer memcheck, counted copies" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-ce-ar.txt" | tail -1)"
+  if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/allreduce_allpairs.lua ranks=2 ndev=1 \
+    count=4099 nmicro=3 iters=0 --pull --gpu >"$out/sanitizer-pull.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+  printf '%-44s %s  %s\n' "compute-sanitizer memcheck, pulls" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-pull.txt" | tail -1)"
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks
@@ -129,6 +140,13 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; th
   cat "$out/probe-push.txt"
   echo "probe-push: $r"
   took probe-push
+fi
+# What reading the peer's input gives a one-shot all-reduce, by size and blocks (tools/probe-pull.cu).
+if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-pull ]; then
+  build-gpu/probe-pull >"$out/probe-pull.txt" 2>&1 && r=PASS || { r=FAIL; fail=1; }
+  cat "$out/probe-pull.txt"
+  echo "probe-pull: $r"
+  took probe-pull
 fi
 # What one block moves through its SM reducing locally (tools/probe-reduce.cu;
 # built for Hopper, sm_90).
@@ -148,8 +166,8 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
     cat "$out/bench-$a.txt"
     took "bench $a"
   done
-  # All-reduce as NCCL runs it, by size: the one-shot below 32 MiB, the ring from there.
-  "$bin" bench algorithms/allreduce_allpairs.lua --from 32M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
+  # All-reduce by size: the one-shot (its pulling form) below 64 MiB, the ring (its copy-engine form) from there.
+  "$bin" bench algorithms/allreduce_allpairs.lua --from 64M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
     -e "${BMAX:-8G}" -f 2 -n 20 -w 5 >"$out/bench-allreduce.txt" 2>&1 || fail=1 bfail=1
   cat "$out/bench-allreduce.txt"
   echo "bench: $([ "${bfail:-0}" = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"

@@ -41,6 +41,11 @@ options:
                          waits for run on the copy engine, with no TB (an
                          all-gather on two ranks needs none); plan files hold
                          that form anyway, for large calls
+  --pull                 a send that reads an input the call never changes
+                         goes: its receive reads the sender's buffer itself
+                         (a one-shot all-reduce on two ranks then has one TB
+                         per rank); plan files hold that form anyway, for
+                         calls below RESCCL_PULL_BELOW
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify
@@ -157,6 +162,7 @@ local function parse(argv)
     elseif a == "--stop-after" then o.stop_after = value(a, STAGES)
     elseif a == "--inplace" then o.inplace = true
     elseif a == "--ce" then o.ce = true
+    elseif a == "--pull" then o.pull = true
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a == "--gpu" then o.gpu = true
@@ -202,7 +208,7 @@ end
 
 local function compile_opts(o, inplace)
   return { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = inplace, stop_after = o.stop_after, order = o.order,
-    ce = o.ce }
+    ce = o.ce, pull = o.pull }
 end
 
 -- Load and build the program; errors carry file:line already.
@@ -251,26 +257,32 @@ end
 -- ---------------------------------------------------------------- compile
 
 -- Write the runtime's plan file: one section per placement the algorithm
--- supports, and after it the placement's copy-engine form where that one
--- differs (the runtime runs it from RESCCL_CE_FROM bytes; --ce writes that
--- form alone, for every size); written whole or not at all. Not where a
--- reduction that waits for the copy engine ends its chain: it starts on a
--- micro-batch only once all of it has landed, and on 2xH200 such a
--- reduce-scatter lost 5-17% from 256 to 512 MiB (BENCHMARKS.md).
+-- supports, and after it the placement's copy-engine form and its pulling
+-- form where those differ (the runtime runs the first from RESCCL_CE_FROM
+-- bytes, the second below RESCCL_PULL_BELOW; --ce or --pull writes that
+-- form alone, for every size); written whole or not at all. No copy-engine
+-- form where a reduction that waits for the copy engine ends its chain: it
+-- starts on a micro-batch only once all of it has landed, and on 2xH200
+-- such a reduce-scatter lost 5-17% from 256 to 512 MiB. A pulling form only
+-- where some pull reduces, in one pass with the transfer: an all-gather
+-- whose receives pulled moved 9-33% less than its pushes from 8 to 64 MiB
+-- (BENCHMARKS.md).
 function M.write_plan(o, alg, prog, topo, path)
   local text = {}
+  local function form(opts, keep)
+    local plan, err = resccl.compile(prog, topo, opts)
+    if err then error(err, 0) end
+    if keep(plan:report()) then text[#text + 1] = plan:artifact() end
+  end
   for _, inplace in ipairs { false, true } do
     if not inplace or alg.inplace then
-      local opts = compile_opts(o, inplace)
-      local plan, err = resccl.compile(prog, topo, opts)
-      if err then error(err, 0) end
-      text[#text + 1] = plan:artifact()
-      if not o.ce then
+      form(compile_opts(o, inplace), function() return true end)
+      if not o.ce and not o.pull then
+        local opts = compile_opts(o, inplace)
         opts.ce = true
-        local ce, cerr = resccl.compile(prog, topo, opts)
-        if cerr then error(cerr, 0) end
-        local r = ce:report()
-        if r.ce_copies > 0 and r.ce_ends == 0 then text[#text + 1] = ce:artifact() end
+        form(opts, function(r) return r.ce_copies > 0 and r.ce_ends == 0 end)
+        opts.ce, opts.pull = nil, true
+        form(opts, function(r) return r.pulled_reductions > 0 end)
       end
     end
   end
@@ -572,6 +584,7 @@ end
 function M.export(o)
   if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
   if o.ce then return usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
+  if o.pull then return usage_error("export: --pull has no MSCCL form (an MSCCL runtime reads no peer's buffer)") end
   local alg, prog, topo = build(o)
   if o.inplace and not alg.inplace then
     error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)

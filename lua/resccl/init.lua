@@ -406,7 +406,7 @@ end
 --- Compile a program for one placement; returns plan or plan/nil, message.
 ---@param prog userdata
 ---@param topo userdata
----@param opts table|nil {sched=, tb=, inplace=, fuse=, order=, ce=, stop_after=}
+---@param opts table|nil {sched=, tb=, inplace=, fuse=, order=, ce=, pull=, stop_after=}
 function M.compile(prog, topo, opts)
   return core.compile(prog, topo, opts or {})
 end

@@ -30,7 +30,7 @@ describe("resccl", function()
     assert.matches("%-%-ce has no MSCCL form", err)
   end)
 
-  it("writes plan files with each placement's copy-engine form where it differs", function()
+  it("writes plan files with each placement's copy-engine and pulling forms where they differ", function()
     local path = os.tmpname()
     local function sections(args)
       local code, _, err = h.cli(args)
@@ -39,18 +39,23 @@ describe("resccl", function()
       local text = f:read "a"
       f:close()
       local found = {}
-      for place, copies in text:gmatch "placement (%S+)\n.-\ncopies (%d+)\n" do found[#found + 1] = place .. " " .. copies end
+      for place, copies, pulls in text:gmatch "placement (%S+)\n.-\ncopies (%d+)\n.-\npulls (%d+)\n" do
+        found[#found + 1] = place .. " " .. copies .. "/" .. pulls
+      end
       return table.concat(found, ", ")
     end
-    -- a two-rank all-gather: the TB form, then one with no TB
-    assert.equal("out-of-place 0, out-of-place 4, in-place 0, in-place 2",
+    -- a two-rank all-gather: the TB form, then one with no TB; its pulls would only copy: no third form
+    assert.equal("out-of-place 0/0, out-of-place 4/0, in-place 0/0, in-place 2/0",
       sections { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", path })
-    -- a reduce-scatter's reductions would wait for whole micro-batches to land: no second form
-    assert.equal("out-of-place 0, in-place 0",
+    -- a reduce-scatter's reductions would wait for whole micro-batches to land: no copy-engine form;
+    -- they pull the peer's input, in place too (the sends read chunks their rank never writes)
+    assert.equal("out-of-place 0/0, out-of-place 0/2, in-place 0/0, in-place 0/2",
       sections { "compile", "algorithms/reducescatter_ring.lua", "ranks=2", "--plan", path })
-    -- --ce: that form alone
-    assert.equal("out-of-place 2, in-place 0",
+    -- --ce or --pull: that form alone
+    assert.equal("out-of-place 2/0, in-place 0/0",
       sections { "compile", "algorithms/reducescatter_ring.lua", "ranks=2", "--ce", "--plan", path })
+    assert.equal("out-of-place 0/2, in-place 0/2",
+      sections { "compile", "algorithms/reducescatter_ring.lua", "ranks=2", "--pull", "--plan", path })
     os.remove(path)
   end)
 
@@ -100,7 +105,7 @@ describe("resccl", function()
     local code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=4", "--emit", "host" }
     assert.equal(0, code)
     assert.matches("RX_TB%(3, 1%)", out)
-    assert.matches("RX_PROGRAM_BEGIN%(4%)", out)
+    assert.matches("RX_PROGRAM_BEGIN%(4, 0%)", out)
     assert.not_matches("%${", out)
   end)
 end)

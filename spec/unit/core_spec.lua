@@ -119,7 +119,7 @@ describe("core.compile", function()
     local one, all = plan:emit("host", 2), plan:emit "host"
     assert.matches("RX_TB%(2, 0%)", one)
     assert.not_matches("RX_TB%(1, 0%)", one)
-    assert.matches("RX_PROGRAM_BEGIN%(4%)", all)
+    assert.matches("RX_PROGRAM_BEGIN%(4, 0%)", all)
     assert.matches("no such rank", h.pcall_err(plan.emit, plan, "host", 4))
   end)
 
@@ -285,6 +285,47 @@ describe("copy-engine copies", function()
     for _, x in ipairs { { 4099, 3, "f32" }, { 1, 1, "i8" }, { 65536, 4, "f16" } } do
       assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3] }).wrong)
     end
+  end)
+end)
+
+describe("pulls", function()
+  local resccl = require "resccl"
+  local function plan(name, ranks, inplace, opts)
+    opts = opts or { pull = true }
+    opts.inplace = inplace
+    return assert(resccl.plan("algorithms/" .. name .. ".lua", { ranks = ranks }, opts))
+  end
+
+  it("take a send's work to its receive where the send reads an input the call never changes", function()
+    -- plan, ranks, pulls, of them reductions, TBs in all; a two-rank one-shot all-reduce keeps one TB a rank
+    for _, c in ipairs { { "allreduce_allpairs", 2, 2, 2, 2 }, { "reducescatter_ring", 2, 2, 2, 2 },
+      { "allgather_ring", 2, 2, 0, 2 }, { "allreduce_ring", 2, 2, 2, 4 }, { "alltoall_direct", 4, 12, 0, 12 } } do
+      local p = plan(c[1], c[2])
+      local r, dump, code = p:report(), p:dump("tb"), p:emit("host")
+      assert.equal(c[3], r.pulls)
+      assert.equal(c[4], r.pulled_reductions)
+      assert.equal(c[5], r.tbs_total)
+      assert.equal(c[3], select(2, dump:gsub(" pulls r%d ", "")))
+      assert.equal(c[3], select(2, code:gsub("\n    RX_R?R?C?_?PULL%(", "")))
+      assert.truthy(code:find("RX_PROGRAM_BEGIN(" .. c[2] .. ", 1)", 1, true))
+      assert.truthy(p:artifact():find("\npulls " .. c[3] .. "\n", 1, true))
+      -- whole blocks and slabs with a leftover, on the host executor
+      for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i8" } } do
+        assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3], op = "max" }).wrong)
+      end
+    end
+  end)
+
+  it("leave sends whose source a rank writes, and refuse the copy engine beside them", function()
+    -- in place the one-shot's input is its output, which its reduction writes: nothing pulls
+    local p = plan("allreduce_allpairs", 2, true)
+    assert.equal(0, p:report().pulls)
+    assert.truthy(p:emit("host"):find("RX_PROGRAM_BEGIN(2, 0)", 1, true))
+    assert.equal(0, assert(p:exec { count = 4099, nmicro = 3 }).wrong)
+    -- a four-rank ring all-gather forwards what it receives: no send reads an input alone
+    assert.equal(0, plan("allgather_ring", 4):report().pulls)
+    local _, err = resccl.plan("algorithms/allreduce_allpairs.lua", { ranks = 2 }, { pull = true, ce = true })
+    assert.matches("choose one", err)
   end)
 end)
 

@@ -142,6 +142,7 @@ typedef struct {
   int nce, *ce;       /* copy-engine copies, CE_INTS numbers each: src rbuf ridx dst wbuf widx cnt flag after */
   int nceflags;
   int ncounters;      /* counters copies wait for (RxArgs.posts), per micro-batch */
+  int pulls;          /* receives that read the sender's buffer (RX_PULL, RX_RRC_PULL) */
   size_t post_words;  /* words of each GPU's counters: micro-batches they hold x ncounters */
   unsigned **ceflag;  /* per copy-engine flag: where it is (in its copy's source GPU) */
   volatile int *stop; /* the group's stop flag as the GPUs see it */
@@ -170,8 +171,9 @@ typedef struct {
 typedef struct RtPlan {
   char name[64], coll[32];
   size_t lo, hi;      /* the calls it runs: [lo, hi] bytes (nccl-tests' size) */
-  Variant *v[2][2];   /* [inplace][form]: form 1, where the file has it, makes copies on the copy engine and runs
-                         calls from RtConf.ce_from bytes; form 0 the others */
+  Variant *v[2][3];   /* [inplace][form], where the file has it: form 1 makes copies on the copy engine and runs
+                         calls from RtConf.ce_from bytes, form 2 pulls and runs those below RtConf.pull_below;
+                         form 0 the others */
   RtConf conf;
   struct RtPlan *next;
 } RtPlan;
@@ -197,6 +199,19 @@ static int env_int(const char *name, int dflt) {
   return v && *v ? atoi(v) : dflt;
 }
 
+/* A size in bytes, or with K, M or G; anything else sets *bad (refused at plan load). */
+static size_t env_size(const char *name, size_t dflt, int *bad) {
+  const char *v = getenv(name);
+  char *end = NULL;
+  size_t n = v && *v ? strtoull(v, &end, 10) : dflt;
+  if (end && *end) {
+    int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
+    if (sh < 0 || end[1] || end == v) return *bad = 1, 0;
+    n <<= sh;
+  }
+  return n;
+}
+
 void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
   c->slices = env_int("RESCCL_SLICES", RX_SLICES);
@@ -213,15 +228,13 @@ void rt_conf_env(RtConf *c) {
      20 us: 127 against 174 GB/s at 8 MiB), about as much from 16 to 64 MiB
      but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
      from 128 MiB, with no block (BENCHMARKS.md). */
-  const char *cf = getenv("RESCCL_CE_FROM");
-  char *end = NULL;
-  c->ce_from = cf && *cf ? strtoull(cf, &end, 10) : (size_t)64 << 20;
-  c->ce_bad = 0;
-  if (end && *end) { /* K, M or G; anything else is refused at plan load */
-    int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
-    c->ce_bad = sh < 0 || end[1] || end == cf;
-    c->ce_from = c->ce_bad ? 0 : c->ce_from << sh;
-  }
+  c->size_bad = 0;
+  c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->size_bad);
+  /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-21% more
+     than 32 pushing blocks from 2 to 64 MiB, and a reduce-scatter 4-16%
+     more from 4 to 64 MiB; from 64 MiB the copy-engine forms move more
+     (BENCHMARKS.md). */
+  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)64 << 20, &c->size_bad);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -365,7 +378,7 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   Variant *v = calloc(1, sizeof *v);
   if (!v) return rt_fail(resccl_system_error, "out of memory");
   if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
-  if (version != 4) BAD("version 4 expected: compile it again");
+  if (version != 5) BAD("version 5 expected: compile it again");
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
@@ -409,6 +422,7 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     for (int j = 0; j < i && fl >= 0; j++)
       if (v->ce[CE_INTS * j + 7] == fl) BAD("copies");
   }
+  if (!read_ints(f, "pulls", &v->pulls, 1) || v->pulls < 0 || (v->pulls && v->nce)) BAD("pulls");
   size_t n;
   if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
   v->src = malloc(n + 1);
@@ -420,6 +434,10 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     snprintf(post, sizeof post, "RX_CE_POST(%d)", v->ce[CE_INTS * i + 8]);
     if (v->ce[CE_INTS * i + 8] >= 0 && !strstr(v->src, post)) BAD("counters");
   }
+  /* A kernel that pulls needs every rank's buffers: the runtime gives them to the forms that say so. */
+  char begin[64];
+  snprintf(begin, sizeof begin, "RX_PROGRAM_BEGIN(%d, %d)", v->nranks, v->pulls > 0);
+  if (!strstr(v->src, begin)) BAD("pulls");
 #undef BAD
   *out = v;
   return resccl_success;
@@ -532,9 +550,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
      10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
      copies: what is left to the blocks then reduces, and a ring all-reduce
      whose hops both go to the copy engine moved 367 GB/s at 256 MiB with 16
-     blocks against 301-310 with 32, and as much from 1 GiB. Virtual ranks
-     share theirs. */
-  int maxtb = 1, budget = v->nce ? 16 : 32;
+     blocks against 301-310 with 32, and as much from 1 GiB. 16 where blocks
+     pull: a one-shot all-reduce moved as much with 16 as with 32 and 64
+     (tools/probe-pull.cu). Virtual ranks share theirs. */
+  int maxtb = 1, budget = v->nce || v->pulls ? 16 : 32;
   for (int d = 0; d < g->ndevs; d++) {
     int tbs = 0;
     for (int r = 0; r < v->nranks; r++) tbs += g->comms[r].d == d ? v->ntb[r] : 0;
@@ -559,10 +578,15 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long)));
   }
   /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
-  unsigned **started = calloc((size_t)v->nranks, sizeof *started);
+  /* And the blocks of each rank that ended a call (pulls wait for them). */
+  unsigned **started = calloc(2 * (size_t)v->nranks, sizeof *started), **finished = started + v->nranks;
+  int *rank_blocks = malloc(sizeof(int) * (size_t)v->nranks);
+  if (!started || !rank_blocks) return free(started), free(rank_blocks), free(fifo), rt_fail(resccl_system_error, "out of memory");
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
     TRY(dev_alloc(v, &started[r], sizeof(unsigned) * (size_t)v->nranks));
+    TRY(dev_alloc(v, &finished[r], sizeof(unsigned) * (size_t)v->nranks));
+    rank_blocks[r] = v->ntb[r] * K;
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -616,8 +640,8 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     run.slot_bytes = cf->slot_bytes;
     int *dtab;
     unsigned **dstarted;
-    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + 1)));
-    TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * (size_t)v->nranks));
+    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + (size_t)v->nranks + 1)));
+    TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * 2 * (size_t)v->nranks));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1)));
     TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs));
@@ -628,12 +652,13 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
     run.ceflag = dceflag;
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 4 * (size_t)nb, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * (size_t)v->nranks, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dtab + 4 * nb, rank_blocks, sizeof(int) * (size_t)v->nranks, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * 2 * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
     v->dev[d].trace = run.trace, v->dev[d].tab = tab;
     run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.block_tbi = dtab + 3 * nb;
-    run.started = dstarted;
+    run.started = dstarted, run.finished = dstarted + v->nranks, run.rank_blocks = dtab + 4 * nb;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
@@ -642,7 +667,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
   }
-  free(fifo), free(started);
+  free(fifo), free(started), free(rank_blocks);
   /* Copy-engine copies: a stream for each (source GPU, destination GPU) with
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
@@ -672,7 +697,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
 }
 
 static void plan_unload(Group *g, RtPlan *p) {
-  for (int i = 0; i < 4; i++) trace_write(g, p->v[i / 2][i % 2], p->conf.trace), variant_free(g, p->v[i / 2][i % 2]);
+  for (int i = 0; i < 6; i++) trace_write(g, p->v[i / 3][i % 3], p->conf.trace), variant_free(g, p->v[i / 3][i % 3]);
   free(p);
 }
 
@@ -697,11 +722,11 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
-      (conf->direct != 0 && conf->direct != 1) || conf->ce_bad)
+      (conf->direct != 0 && conf->direct != 1) || conf->size_bad)
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0, "
-                   "RESCCL_CE_FROM a size in bytes, K, M or G)");
+                   "RESCCL_CE_FROM and RESCCL_PULL_BELOW sizes in bytes, K, M or G)");
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
@@ -724,15 +749,17 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
       variant_free(g, v);
       break;
     }
-    /* A placement's second section is its copy-engine form. */
+    /* A placement's first section runs the sizes the others leave; then
+       come its copy-engine form, its pulling form, or both. */
     Variant **at = p->v[v->inplace];
-    if (at[0] && (at[1] || !v->nce || at[0]->nce)) {
-      rc = rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (a placement holds at most one form with "
-                   "copy-engine copies and one without)", path);
+    int form = !at[0] ? 0 : v->nce ? 1 : v->pulls ? 2 : -1;
+    if (form < 0 || (form && at[form])) {
+      rc = rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (a placement holds a first form, then at most "
+                   "one with copy-engine copies and one that pulls)", path);
       variant_free(g, v);
       break;
     }
-    at[at[0] != NULL] = v;
+    at[form] = v;
   }
   fclose(f);
   if (rc == resccl_success && !p->v[0][0] && !p->v[1][0]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
@@ -742,8 +769,8 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
       rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
                    "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
   if (!p->conf.threads) p->conf.threads = RT_THREADS;
-  for (int i = 0; i < 4 && rc == resccl_success; i++)
-    if (p->v[i / 2][i % 2]) rc = variant_setup(g, p->v[i / 2][i % 2], &p->conf);
+  for (int i = 0; i < 6 && rc == resccl_success; i++)
+    if (p->v[i / 3][i % 3]) rc = variant_setup(g, p->v[i / 3][i % 3], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
   /* A new plan for a collective takes its sizes from the loaded ones: those
      it covers go, the others keep the sizes on their side of it. */
@@ -806,8 +833,8 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
   *blocks = -1;
   for (RtPlan *p = comm->g->plans; p; p = p->next)
-    for (int i = 0; i < 4 && !strcmp(p->coll, coll); i++) {
-      Variant *v = p->v[i / 2][i % 2];
+    for (int i = 0; i < 6 && !strcmp(p->coll, coll); i++) {
+      Variant *v = p->v[i / 3][i % 3];
       if (v && v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
     }
   if (*blocks >= 0) return resccl_success;
@@ -818,6 +845,7 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
 /* The form of plan p that runs a call of `bytes` (nccl-tests' size), or NULL. */
 static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   Variant *const *f = p->v[inplace];
+  if (f[2] && bytes < p->conf.pull_below && p->conf.direct) return f[2];
   return f[1] && bytes >= p->conf.ce_from ? f[1] : f[0];
 }
 
@@ -1124,10 +1152,13 @@ static resccl_result_t launch(Call *calls, int n) {
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
     int all = 0;
     for (int j = 0; j < n; j++) all += first[j] == first[i];
-    if (rc == resccl_success && c->v->nce && all != c->v->nranks)
-      rc = rt_fail(resccl_invalid_usage, "%s: plan %s moves data on the copy engine, which needs every rank's buffers: "
-                   "call all %d ranks between resccl_group_start and resccl_group_end", c->plan->coll, c->plan->name,
-                   c->v->nranks);
+    if (rc == resccl_success && (c->v->nce || c->v->pulls) && all != c->v->nranks)
+      rc = rt_fail(resccl_invalid_usage, "%s: plan %s %s, which needs every rank's buffers: call all %d ranks between "
+                   "resccl_group_start and resccl_group_end", c->plan->coll, c->plan->name,
+                   c->v->nce ? "moves data on the copy engine" : "reads peers' buffers at this size", c->v->nranks);
+    if (rc == resccl_success && c->v->pulls && !c->plan->conf.direct)
+      rc = rt_fail(resccl_invalid_usage, "%s: plan %s reads peers' buffers, which RESCCL_DIRECT=0 forbids",
+                   c->plan->coll, c->plan->name);
     if (rc == resccl_success && here != want)
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
