@@ -172,8 +172,8 @@ typedef struct RtPlan {
   char name[64], coll[32];
   size_t lo, hi;      /* the calls it runs: [lo, hi] bytes (nccl-tests' size) */
   Variant *v[2][3];   /* [inplace][form], where the file has it: form 1 makes copies on the copy engine and runs
-                         calls from RtConf.ce_from bytes, form 2 pulls and runs those below RtConf.pull_below;
-                         form 0 the others */
+                         calls from RtConf.ce_from bytes, form 2 pulls and runs those from RtConf.pull_from below
+                         RtConf.pull_below that form 1 does not; form 0 the others */
   RtConf conf;
   struct RtPlan *next;
 } RtPlan;
@@ -230,11 +230,13 @@ void rt_conf_env(RtConf *c) {
      from 128 MiB, with no block (BENCHMARKS.md). */
   c->size_bad = 0;
   c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->size_bad);
-  /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-21% more
-     than 32 pushing blocks from 2 to 64 MiB, and a reduce-scatter 4-16%
-     more from 4 to 64 MiB; from 64 MiB the copy-engine forms move more
+  /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
+     than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
+     from 4 to 128 MiB; below, the handshake at the end of a pulling call
+     cost more than it saved (reduce-scatter 8-20% less at 1-2 MiB)
      (BENCHMARKS.md). */
-  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)64 << 20, &c->size_bad);
+  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)4 << 20, &c->size_bad);
+  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->size_bad);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -726,7 +728,7 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0, "
-                   "RESCCL_CE_FROM and RESCCL_PULL_BELOW sizes in bytes, K, M or G)");
+                   "RESCCL_CE_FROM, RESCCL_PULL_FROM and RESCCL_PULL_BELOW sizes in bytes, K, M or G)");
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
@@ -845,8 +847,8 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
 /* The form of plan p that runs a call of `bytes` (nccl-tests' size), or NULL. */
 static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   Variant *const *f = p->v[inplace];
-  if (f[2] && bytes < p->conf.pull_below && p->conf.direct) return f[2];
-  return f[1] && bytes >= p->conf.ce_from ? f[1] : f[0];
+  if (f[1] && bytes >= p->conf.ce_from) return f[1];
+  return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
 }
 
 resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t bytes, int *blocks) {

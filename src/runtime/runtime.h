@@ -25,13 +25,14 @@ typedef struct {
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
   double timeout_s;   /* a wait longer than this stops the call; 0 = never */
   size_t ce_from;     /* calls of this many bytes or more run a placement's copy-engine form, where the plan has one */
-  size_t pull_below;  /* calls of fewer bytes run a placement's pulling form, where the plan has one (and direct) */
-  int size_bad;       /* RESCCL_CE_FROM or RESCCL_PULL_BELOW was not a size (bytes, or with K, M or G): loading refuses */
+  size_t pull_from, pull_below; /* calls from pull_from bytes and below pull_below run a placement's pulling form,
+                                   where the plan has one (and direct) and its copy-engine form does not run them */
+  int size_bad;       /* RESCCL_CE_FROM or RESCCL_PULL_* was not a size (bytes, or with K, M or G): loading refuses */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
 /* RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
-   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_CE_FROM and RESCCL_PULL_BELOW (bytes), RESCCL_TRACE. */
+   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_CE_FROM, RESCCL_PULL_FROM and RESCCL_PULL_BELOW (bytes), RESCCL_TRACE. */
 void rt_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
