@@ -700,9 +700,10 @@ static void offload(Plan *pl) {
 ** the link, in one pass: no FIFO, no flag per piece, no landing buffer, and
 ** its own waits still order it on its rank. A kernel starts a pull once the
 ** sender's kernel runs the call, and a kernel ends only when every block
-** that pulls from it is done (cuda.cuh). On 2xH200 a one-shot all-reduce
-** whose 16 blocks pull moved 98-308 GB/s from 1 to 32 MiB, where pushing it
-** moved 58-285 (tools/probe-pull.cu, BENCHMARKS.md).
+** that pulls from it is done (cuda.cuh). On 2xH200 a probe's one-shot
+** all-reduce whose 16 blocks pull moved 98-307 GB/s from 1 to 32 MiB
+** (tools/probe-pull.cu), and in the runtime 3-11% more than 32 pushing
+** blocks from 2 to 8 MiB (BENCHMARKS.md).
 */
 static void pull_in(Plan *pl) {
   int R = pl->prog->nranks;

@@ -264,8 +264,10 @@ end
 -- form where a reduction that waits for the copy engine ends its chain: it
 -- starts on a micro-batch only once all of it has landed, and on 2xH200
 -- such a reduce-scatter lost 5-17% from 256 to 512 MiB. A pulling form only
--- where some pull reduces, in one pass with the transfer: an all-gather
--- whose receives pulled moved 9-33% less than its pushes from 8 to 64 MiB
+-- where some pull reduces, in one pass with the transfer, and nothing is
+-- pushed any more: an all-gather whose receives pulled moved 9-33% less than
+-- its pushes from 8 to 64 MiB, and a two-rank ring all-reduce pulling its
+-- first hop and pushing its second 10-17% less from 16 to 32 MiB
 -- (BENCHMARKS.md).
 function M.write_plan(o, alg, prog, topo, path)
   local text = {}
@@ -282,7 +284,7 @@ function M.write_plan(o, alg, prog, topo, path)
         opts.ce = true
         form(opts, function(r) return r.ce_copies > 0 and r.ce_ends == 0 end)
         opts.ce, opts.pull = nil, true
-        form(opts, function(r) return r.pulled_reductions > 0 end)
+        form(opts, function(r) return r.pulled_reductions > 0 and r.pushes == 0 end)
       end
     end
   end

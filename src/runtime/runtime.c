@@ -232,9 +232,9 @@ void rt_conf_env(RtConf *c) {
   c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->size_bad);
   /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
-     from 4 to 128 MiB; below, the handshake at the end of a pulling call
-     cost more than it saved (reduce-scatter 8-20% less at 1-2 MiB)
-     (BENCHMARKS.md). */
+     from 4 to 64 MiB and about as much at 128 MiB; below 4 MiB the handshake
+     at the end of a pulling call cost more than it saved (reduce-scatter
+     6-22% less at 1-2 MiB) (BENCHMARKS.md). */
   c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)4 << 20, &c->size_bad);
   c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->size_bad);
   const char *t = getenv("RESCCL_TIMEOUT");
