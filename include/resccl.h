@@ -21,6 +21,7 @@
 ** (blocks per TB), RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES,
 ** RESCCL_TILE_BYTES (bytes of a chunk per micro-batch), RESCCL_NMICRO,
 ** RESCCL_CE_FROM (bytes from which a plan's copy-engine form runs),
+** RESCCL_PULL_FROM and RESCCL_PULL_BELOW (the sizes its pulling form runs),
 ** RESCCL_NVRTC_OPTIONS (extra kernel compiler options), RESCCL_CACHE.
 */
 #ifndef RESCCL_H

@@ -48,7 +48,7 @@ typedef struct {
   unsigned next;            /* without turns: the block's next unit of its own slice */
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
-  unsigned long long ready; /* thread 0: peers known to run this call (direct sends) */
+  unsigned long long ready; /* thread 0: peers known to run this call (direct sends, pulls) */
   unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
   unsigned taken;           /* units its TB's blocks took before this call (RxRun.epoch) */
   int prim;                 /* the primitive running (RX_AT), for the trace */
@@ -507,6 +507,21 @@ __device__ static inline void rx_started(RxCtx *x) {
   for (int p = 0; p < x->run->nranks; p++) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }
 
+/* Thread 0: wait until rank `peer`'s kernel runs this call. Its buffers
+   then hold the call's input (a pull may read them), and nothing in the
+   program touched their destinations yet (a put may write them). Returns 1
+   when it gave up. */
+__device__ static int rx_peer_runs(RxCtx *x, int peer) {
+  if (!(x->ready >> peer & 1)) {
+    unsigned spins = 0;
+    while ((int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 && !rx_give_up(x, &spins)) {
+    }
+    __threadfence_system(); /* what the block reads from the peer comes after */
+    x->ready |= 1ull << peer;
+  }
+  return x->stopped;
+}
+
 /*
 ** Direct: write the tile straight into the receiver's buffer at (dbuf, didx)
 ** and count it on the connection, once the receiver's kernel runs this call
@@ -517,21 +532,6 @@ __device__ static inline void rx_started(RxCtx *x) {
 ** receiver cuts alike. Without every rank's buffers (ranks not called
 ** together) it is a plain send or copy-send through the FIFO.
 */
-/* Thread 0: wait until rank `peer`'s kernel runs this call. Its buffers
-   then hold the call's input (a pull may read them), and nothing in the
-   program touched their destinations yet (a put may write them). Returns 1
-   when it gave up. */
-__device__ static int rx_peer_runs(RxCtx *x, int peer) {
-  if (!(x->ready >> peer & 1)) {
-    unsigned spins = 0;
-    while ((int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 && !rx_give_up(x, &spins)) {
-    }
-    __threadfence(); /* what the block reads from the peer comes after */
-    x->ready |= 1ull << peer;
-  }
-  return x->stopped;
-}
-
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int last, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
@@ -614,19 +614,26 @@ __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ri
 }
 
 /* Thread 0, at the end of a call of a plan that pulls: the block counts
-   itself done in every other rank's memory (it may have read their
-   buffers); the rank's first block then waits until every block of every
-   other rank has done so (until then they may read its buffers). Counted
-   over all calls, so a replayed CUDA graph runs right. */
+   itself done in its rank's own word (finished[me][me], over all calls, so
+   a replayed CUDA graph runs right); the last block of the rank to do so
+   tells every other rank that this call's reads of their buffers are over.
+   The rank's first block then waits until every other rank has said so
+   (until then they may read its buffers). Atomics stay in local memory:
+   not every pair of GPUs adds atomically across its link. */
 __device__ static void rx_pull_end(RxCtx *x) {
   const RxRun *run = x->run;
-  __threadfence_system(); /* the block's reads, ended at its barrier, before the count */
-  for (int p = 0; p < run->nranks; p++)
-    if (p != x->rank) atomicAdd_system(&run->finished[p][x->rank], 1u);
+  unsigned *const *fin = run->finished;
+  __threadfence_system(); /* the block's reads, ended at its barrier, before its count */
+  if (atomicAdd(&fin[x->rank][x->rank], 1u) + 1 == x->call * (unsigned)run->rank_blocks[x->rank]) {
+    __threadfence_system(); /* every block's count before the word */
+    for (int p = 0; p < run->nranks; p++)
+      if (p != x->rank) ((volatile unsigned *)fin[p])[x->rank] = x->call;
+  }
   if (x->tb || x->chan) return;
   for (int p = 0; p < run->nranks; p++) {
-    unsigned want = x->call * (unsigned)run->rank_blocks[p], spins = 0;
-    while (p != x->rank && (int)(((volatile unsigned *)run->finished[x->rank])[p] - want) < 0 && !rx_give_up(x, &spins)) {
+    unsigned spins = 0;
+    while (p != x->rank && run->rank_blocks[p] && (int)(((volatile unsigned *)fin[x->rank])[p] - x->call) < 0 &&
+           !rx_give_up(x, &spins)) {
     }
   }
 }

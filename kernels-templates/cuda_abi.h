@@ -55,8 +55,9 @@ typedef struct RxRun {
   unsigned long long *done; /* per TB of this GPU and slice: call << 32 | the units of that slice done in it */
   unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends
                               and pulls wait for it) */
-  unsigned *const *finished; /* per rank r, in r's memory: [p] rank p's blocks that ended a call, over all calls (a
-                               plan that pulls: r's kernel ends once p's blocks stopped reading r's buffers) */
+  unsigned *const *finished; /* per rank r, in r's memory, for plans that pull: [r] r's blocks that ended a call,
+                               over all calls; [p] the last call whose reads rank p has ended (r's kernel ends
+                               once every other rank's reads of its buffers have) */
   const int *rank_blocks;  /* per rank: its blocks in a launch */
   unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
                               calls, [3b+2]: units its TB's blocks took in them */

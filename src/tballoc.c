@@ -624,7 +624,8 @@ static void renumber_flags(Plan *pl) {
 }
 
 /* The primitives `out` marks leave the TBs (nothing waits for them); TBs
-   left empty go, and flags nothing waits for any more. */
+   left empty go, and flags and connections nothing uses any more (with
+   their FIFOs). */
 static void drop_prims(Plan *pl, const char *out) {
   int np = pl->np;
   /* A primitive joined to a removed one's micro-batch loop opens its own. */
@@ -647,10 +648,23 @@ static void drop_prims(Plan *pl, const char *out) {
     pl->task_send[t] = pl->task_send[t] >= 0 ? to[pl->task_send[t]] : -1;
     pl->task_recv[t] = pl->task_recv[t] >= 0 ? to[pl->task_recv[t]] : -1;
   }
+  int *cto = xmalloc(((size_t)pl->nconn + 1) * sizeof *cto), nc = 0;
+  for (int c = 0; c < pl->nconn; c++) cto[c] = -1;
+  for (int i = 0; i < n; i++) {
+    if (pl->p[i].cin >= 0) cto[pl->p[i].cin] = 0;
+    if (pl->p[i].cout >= 0) cto[pl->p[i].cout] = 0;
+  }
+  for (int c = 0; c < pl->nconn; c++)
+    if (cto[c] == 0) cto[c] = nc, pl->conn[nc++] = pl->conn[c];
+  for (int i = 0; i < n; i++) {
+    if (pl->p[i].cin >= 0) pl->p[i].cin = cto[pl->p[i].cin];
+    if (pl->p[i].cout >= 0) pl->p[i].cout = cto[pl->p[i].cout];
+  }
+  pl->nconn = nc;
   plan_rank_lists(pl);
   drop_tbs(pl, gone, key);
   renumber_flags(pl);
-  free(to), free(key), free(gone);
+  free(to), free(key), free(gone), free(cto);
 }
 
 static void offload(Plan *pl) {

@@ -44,8 +44,8 @@ options:
   --pull                 a send that reads an input the call never changes
                          goes: its receive reads the sender's buffer itself
                          (a one-shot all-reduce on two ranks then has one TB
-                         per rank); plan files hold that form anyway, for
-                         calls below RESCCL_PULL_BELOW
+                         per rank); plan files hold that form anyway where a
+                         pull reduces and nothing is pushed, for mid sizes
   --json                 print one machine-readable report
   --dump dag|sched|lower|tb   print that stage
   --stop-after STAGE     stop after dag|sched|lower|tb|verify

@@ -199,14 +199,14 @@ static int env_int(const char *name, int dflt) {
   return v && *v ? atoi(v) : dflt;
 }
 
-/* A size in bytes, or with K, M or G; anything else sets *bad (refused at plan load). */
-static size_t env_size(const char *name, size_t dflt, int *bad) {
+/* A size in bytes, or with K, M or G; anything else names itself in *bad (refused at plan load). */
+static size_t env_size(const char *name, size_t dflt, const char **bad) {
   const char *v = getenv(name);
   char *end = NULL;
   size_t n = v && *v ? strtoull(v, &end, 10) : dflt;
   if (end && *end) {
     int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
-    if (sh < 0 || end[1] || end == v) return *bad = 1, 0;
+    if (sh < 0 || end[1] || end == v) return *bad = name, 0;
     n <<= sh;
   }
   return n;
@@ -228,15 +228,15 @@ void rt_conf_env(RtConf *c) {
      20 us: 127 against 174 GB/s at 8 MiB), about as much from 16 to 64 MiB
      but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
      from 128 MiB, with no block (BENCHMARKS.md). */
-  c->size_bad = 0;
-  c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->size_bad);
+  c->bad_size = NULL;
+  c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->bad_size);
   /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
      from 4 to 64 MiB and about as much at 128 MiB; below 4 MiB the handshake
      at the end of a pulling call cost more than it saved (reduce-scatter
      6-22% less at 1-2 MiB) (BENCHMARKS.md). */
-  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)4 << 20, &c->size_bad);
-  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->size_bad);
+  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)4 << 20, &c->bad_size);
+  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->bad_size);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
@@ -724,11 +724,12 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
-      (conf->direct != 0 && conf->direct != 1) || conf->size_bad)
+      (conf->direct != 0 && conf->direct != 1))
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
-                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0, "
-                   "RESCCL_CE_FROM, RESCCL_PULL_FROM and RESCCL_PULL_BELOW sizes in bytes, K, M or G)");
+                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
+  if (conf->bad_size)
+    return rt_fail(resccl_invalid_argument, "resccl_plan_load: %s is not a size (bytes, or with K, M or G)", conf->bad_size);
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);

@@ -27,7 +27,8 @@ typedef struct {
   size_t ce_from;     /* calls of this many bytes or more run a placement's copy-engine form, where the plan has one */
   size_t pull_from, pull_below; /* calls from pull_from bytes and below pull_below run a placement's pulling form,
                                    where the plan has one (and direct) and its copy-engine form does not run them */
-  int size_bad;       /* RESCCL_CE_FROM or RESCCL_PULL_* was not a size (bytes, or with K, M or G): loading refuses */
+  const char *bad_size; /* the RESCCL_CE_FROM or RESCCL_PULL_* that was not a size (bytes, or with K, M or G), or
+                           NULL: loading refuses */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
