@@ -433,9 +433,9 @@ function M.run(o)
     local sim = require "resccl.sim"
     local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse, order = o.order },
       sim.SIZE)
-    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches)"):format(
-      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro)
-      or serr)
+    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches%s)"):format(
+      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro,
+      (o.ce or o.pull) and "; blocks alone: the simulator models no copy engine and no pull" or "") or serr)
   end
   line("result", ok and "PASS" or "FAIL")
   return ok and 0 or 1
@@ -444,6 +444,7 @@ end
 -- -------------------------------------------------------------------- sim
 
 function M.sim(o)
+  if o.ce or o.pull then return usage_error("sim: the simulator models no copy engine and no pull (--ce, --pull)") end
   local sim = require "resccl.sim"
   local sizes = { sim.parse_size(o.size or sim.SIZE) }
   if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)

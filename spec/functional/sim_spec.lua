@@ -13,6 +13,14 @@ describe("resccl sim", function()
     assert.matches("# ours / msccl at 64 MiB: [%d.]+x busbw, 8 vs 16 TBs per rank", out)
   end)
 
+  it("refuses forms it does not model", function()
+    for _, flag in ipairs { "--ce", "--pull" } do
+      local code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", flag }
+      assert.equal(2, code)
+      assert.matches("models no copy engine and no pull", err)
+    end
+  end)
+
   it("runs ours as the GPU runtime does, each TB as channels=K blocks", function()
     local bw = {}
     for _, k in ipairs { 1, 16 } do
