@@ -69,13 +69,16 @@ static int l_plan_report(lua_State *L) {
     l_setint(L, "flags", pl->nflags);
     l_setint(L, "ce_copies", pl->nce);
     l_setint(L, "pulls", pl->npulls);
-    int pred = 0, push = 0; /* pulls that reduce what they read; primitives that still send */
-    for (int i = 0; i < pl->np; i++) pred += pl->p[i].pull && pl->p[i].kind == PR_RRC, push += pl->p[i].cout >= 0;
+    /* reductions that wait for the copy engine and that nothing waits for; pulls that reduce what they
+       read; primitives that still send */
+    int ends = 0, pred = 0, push = 0;
+    for (int i = 0; i < pl->np; i++) {
+      const Prim *q = &pl->p[i];
+      ends += q->ce && q->flag < 0 && q->cepost < 0, pred += q->pull && q->kind == PR_RRC, push += q->cout >= 0;
+    }
+    l_setint(L, "ce_ends", ends);
     l_setint(L, "pulled_reductions", pred);
     l_setint(L, "pushes", push);
-    int ends = 0; /* reductions that wait for the copy engine and that nothing waits for */
-    for (int i = 0; i < pl->np; i++) ends += pl->p[i].ce && pl->p[i].flag < 0 && pl->p[i].cepost < 0;
-    l_setint(L, "ce_ends", ends);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
     lua_setfield(L, -2, "tbs_per_rank");

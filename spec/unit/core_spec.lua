@@ -290,10 +290,8 @@ end)
 
 describe("pulls", function()
   local resccl = require "resccl"
-  local function plan(name, ranks, inplace, opts)
-    opts = opts or { pull = true }
-    opts.inplace = inplace
-    return assert(resccl.plan("algorithms/" .. name .. ".lua", { ranks = ranks }, opts))
+  local function plan(name, ranks, inplace)
+    return assert(resccl.plan("algorithms/" .. name .. ".lua", { ranks = ranks }, { pull = true, inplace = inplace }))
   end
 
   it("take a send's work to its receive where the send reads an input the call never changes", function()
