@@ -52,14 +52,22 @@ typedef struct {
   unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
   unsigned taken;           /* units its TB's blocks took before this call (RxRun.epoch) */
   int prim;                 /* the primitive running (RX_AT), for the trace */
+  RxGeom g;                 /* the call's layout (tile.h) */
 } RxCtx;
 
 __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
   return *(volatile const unsigned long long *)p;
 }
 
+/* Fences for passing messages: release before a store that tells another
+   block or GPU that data is there, acquire after a wait that saw it.
+   Nothing here needs the sequentially consistent fence that
+   __threadfence_system() is, which costs more (BENCHMARKS.md). */
+__device__ static inline void rx_fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ static inline void rx_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 __device__ static inline void rx_st(unsigned long long *p, unsigned long long v) {
-  __threadfence_system();
+  rx_fence_sys();
   *(volatile unsigned long long *)p = v;
 }
 
@@ -92,7 +100,7 @@ __device__ static inline int rx_give_up(RxCtx *x, unsigned *spins) {
   if (*spins == 1024) x->since = now;
   else if (x->a->timeout_ns && now - x->since > x->a->timeout_ns) {
     *x->run->stop = 1;
-    __threadfence_system();
+    rx_fence_sys();
     return x->stopped = 1;
   }
   return 0;
@@ -108,13 +116,13 @@ extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
   unsigned long long t0 = rx_clock_ns();
   for (int f = 0; f < s.nflags; f++) ((volatile unsigned *)s.flags)[f] = 0;
   for (int k = 0; k < s.nposts; k++) ((volatile unsigned *)s.posts)[k] = 0;
-  __threadfence_system();
+  rx_fence_sys();
   *mine = c;
   for (int d = 0; d < s.ndev; d++)
     while (d != s.me && (int)(*(volatile unsigned *)s.word[d] - c) < 0)
       if (++spins % 1024 == 0 && (*s.stop || (s.timeout_ns && rx_clock_ns() - t0 > s.timeout_ns))) {
         *s.stop = 1;
-        __threadfence_system();
+        rx_fence_sys();
         return;
       }
 }
@@ -122,30 +130,31 @@ extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
 /* Element range of chunks [idx, idx+cnt) in micro-batch m (tile.h), then
    the unit's slice of it, on whole vectors too. */
 __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, size_t *lo, size_t *n) {
-  const RxArgs *r = x->a;
-  size_t t, v = rx_vec(r->esize), K = (size_t)r->nslice, k = (size_t)x->slice;
-  rx_span(r->count, (size_t)x->run->chunks, (size_t)r->nmicro, r->esize, idx, cnt, m, lo, &t);
+  size_t t, v = x->g.v, K = (size_t)x->a->nslice, k = (size_t)x->slice;
+  rx_span_g(&x->g, idx, cnt, m, lo, &t);
   size_t b = rx_cut(t, v, k, K);
   *lo += b;
   *n = rx_cut(t, v, k + 1, K) - b;
 }
 
-/* rx_tile of up to three chunk ranges (a range < 0 is skipped), computed by
-   thread 0 and shared; *n is the last range's size. The index arithmetic
-   (64-bit divisions) is long, and every warp doing it cost each micro-batch
-   microseconds. */
+/* rx_tile of up to three chunk ranges (a range < 0 is skipped), one per
+   thread of the second warp (while thread 0 may wait for a peer), and
+   shared; *n is the last range's size. The index arithmetic is long, and
+   every warp doing it cost each micro-batch microseconds. */
 __device__ static void rx_tiles(const RxCtx *x, int cnt, int m, int a, int b, int c, size_t *la, size_t *lb, size_t *lc,
                                 size_t *n) {
   __shared__ size_t s[4];
-  if (threadIdx.x == 0) {
-    const int r[3] = {a, b, c};
-    for (int i = 0; i < 3; i++)
-      if (r[i] >= 0) rx_tile(x, r[i], cnt, m, &s[i], &s[3]);
-      else s[i] = 0;
+  const unsigned i = threadIdx.x - (blockDim.x > 32 ? 32 : 0);
+  if (i < 3) {
+    const int r = i == 0 ? a : i == 1 ? b : c;
+    size_t t;
+    if (r >= 0) rx_tile(x, r, cnt, m, &s[i], &t);
+    else s[i] = 0;
+    if (r >= 0 && (int)i == (c >= 0 ? 2 : b >= 0 ? 1 : 0)) s[3] = t;
   }
   __syncthreads();
   *la = s[0], *lb = s[1], *lc = s[2], *n = s[3];
-  __syncthreads(); /* read before thread 0 computes the next */
+  __syncthreads(); /* read before the next are computed */
 }
 
 __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nslice + x->slice]; }
@@ -386,7 +395,7 @@ __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
   if (threadIdx.x == 0) {
     while (*(volatile unsigned *)x->run->ceflag[f] < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
     }
-    __threadfence(); /* the data is read after the flag */
+    rx_fence_gpu(); /* the data is read after the flag */
   }
   if (t0) rx_trace(x, 0, t0);
   __syncthreads();
@@ -395,7 +404,7 @@ __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
 __device__ static inline void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
+    rx_fence_gpu();
     *(volatile unsigned *)rx_flag(x, f) = x->base + (unsigned)m + 1;
   }
 }
@@ -407,7 +416,7 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
 __device__ static inline void rx_ce_post(RxCtx *x, int k, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence_system();
+    rx_fence_sys();
     atomicAdd(&x->a->posts[(size_t)m * (unsigned)x->a->ncounters + (unsigned)k], 1u);
   }
 }
@@ -503,7 +512,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
 /* The kernel of this rank runs call `call`: peers may now write into its
    buffers. Told into every rank's memory, so that a sender waits on its own. */
 __device__ static inline void rx_started(RxCtx *x) {
-  __threadfence_system();
+  rx_fence_sys();
   for (int p = 0; p < x->run->nranks; p++) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }
 
@@ -516,7 +525,7 @@ __device__ static int rx_peer_runs(RxCtx *x, int peer) {
     unsigned spins = 0;
     while ((int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 && !rx_give_up(x, &spins)) {
     }
-    __threadfence_system(); /* what the block reads from the peer comes after */
+    rx_fence_sys(); /* what the block reads from the peer comes after */
     x->ready |= 1ull << peer;
   }
   return x->stopped;
@@ -535,17 +544,17 @@ __device__ static int rx_peer_runs(RxCtx *x, int peer) {
 __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf, int idx, int wbuf, int widx, int dbuf,
                                            int didx, int cnt, int last, int m) {
   if (!x->a->direct) return rx_send(x, cout, buf, idx, wbuf, widx, cnt, m);
-  size_t lo, wlo, dlo, n;
-  rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n); /* n: the size of what lands */
-  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last, x->a->count, (size_t)x->run->chunks, (size_t)m,
-                        (size_t)x->a->nmicro);
   __shared__ unsigned long long s_seq;
   __shared__ int s_stop;
   if (threadIdx.x == 0) {
     s_stop = rx_peer_runs(x, peer);
     s_seq = rx_ld(rx_fifo(x, cout)->sent);
   }
-  __syncthreads();
+  /* n: the size of what lands; the barriers publish s_stop and s_seq */
+  size_t lo, wlo, dlo, n;
+  rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n);
+  size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last, x->a->count, (size_t)x->run->chunks, (size_t)m,
+                        (size_t)x->a->nmicro);
   if (s_stop) return; /* the peer may still be in its previous call: leave its buffers alone */
   unsigned long long seq = s_seq;
   char *dst = x->a->buf[peer][dbuf];
@@ -613,27 +622,29 @@ __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ri
   __syncthreads();
 }
 
-/* Thread 0, at the end of a call of a plan that pulls: the block counts
-   itself done in its rank's own word (finished[me][me], over all calls, so
-   a replayed CUDA graph runs right); the last block of the rank to do so
-   tells every other rank that this call's reads of their buffers are over.
-   The rank's first block then waits until every other rank has said so
-   (until then they may read its buffers). Atomics stay in local memory:
-   not every pair of GPUs adds atomically across its link. */
+/* At the end of a call of a plan that pulls, after the block's barrier:
+   thread 0 tells every other rank that the block's reads of their buffers
+   in this call are over, in a word of its own in their memory (stores
+   only: not every pair of GPUs has atomics across its link). The first
+   warp of the rank's first block then waits until every block of every
+   other rank has said so (until then they may read its buffers), a lane
+   per word. Words count calls, so a replayed CUDA graph runs right. */
 __device__ static void rx_pull_end(RxCtx *x) {
   const RxRun *run = x->run;
-  unsigned *const *fin = run->finished;
-  __threadfence_system(); /* the block's reads, ended at its barrier, before its count */
-  if (atomicAdd(&fin[x->rank][x->rank], 1u) + 1 == x->call * (unsigned)run->rank_blocks[x->rank]) {
-    __threadfence_system(); /* every block's count before the word */
+  if (threadIdx.x == 0) {
+    const int k = run->rank_first[x->rank] + x->tb * run->nblk + x->chan;
+    rx_fence_sys(); /* the block's reads before its word */
     for (int p = 0; p < run->nranks; p++)
-      if (p != x->rank) ((volatile unsigned *)fin[p])[x->rank] = x->call;
+      if (p != x->rank) ((volatile unsigned *)run->finished[p])[k] = x->call;
   }
-  if (x->tb || x->chan) return;
+  if (x->tb || x->chan || threadIdx.x >= 32) return;
+  const volatile unsigned *fin = run->finished[x->rank];
   for (int p = 0; p < run->nranks; p++) {
-    unsigned spins = 0;
-    while (p != x->rank && run->rank_blocks[p] && (int)(((volatile unsigned *)fin[x->rank])[p] - x->call) < 0 &&
-           !rx_give_up(x, &spins)) {
+    if (p == x->rank) continue;
+    for (int j = run->rank_first[p] + threadIdx.x, e = run->rank_first[p] + run->rank_blocks[p]; j < e; j += 32) {
+      unsigned spins = 0;
+      while ((int)(fin[j] - x->call) < 0 && !rx_give_up(x, &spins)) {
+      }
     }
   }
 }
@@ -693,7 +704,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned step = (unsigned)x->e * (unsigned)x->a->nmicro + (unsigned)x->m + 1;
-    __threadfence();
+    rx_fence_gpu();
     *(volatile unsigned long long *)rx_done(x, tbi) = (unsigned long long)x->call << 32 | step;
   }
 }
@@ -746,6 +757,8 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
     unsigned *ep = run->epoch + 3 * blockIdx.x; \
     const int tbi = run->block_tbi[blockIdx.x]; \
     ctx.base = ep[0], ctx.call = ep[1] + 1, ctx.taken = ep[2]; \
+    ctx.g = RxGeom{a.count, (size_t)a.chunks, (size_t)a.nmicro, (size_t)a.vec, (size_t)a.vec * (size_t)a.chunks, a.units, \
+                   (size_t)a.kslab}; \
     if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
     if (run->trace && threadIdx.x == 0) rx_trace_start(run); \
     RxCtx *x = &ctx; \
@@ -756,8 +769,8 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
       rx_unit_done(x, tbi); \
     } \
     __syncthreads(); \
+    if (rx_pulls) rx_pull_end(x); \
     if (threadIdx.x == 0) { \
-      if (rx_pulls) rx_pull_end(x); \
       ep[0] = x->base + (unsigned)a.nmicro, ep[1] = x->call; \
       if (a.turns) ep[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
     } }

@@ -55,10 +55,11 @@ typedef struct RxRun {
   unsigned long long *done; /* per TB of this GPU and slice: call << 32 | the units of that slice done in it */
   unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends
                               and pulls wait for it) */
-  unsigned *const *finished; /* per rank r, in r's memory, for plans that pull: [r] r's blocks that ended a call,
-                               over all calls; [p] the last call whose reads rank p has ended (r's kernel ends
-                               once every other rank's reads of its buffers have) */
+  unsigned *const *finished; /* per rank r, in r's memory, for plans that pull: at rank_first[p] + k, the last
+                               call in which block k of rank p ended its reads (r's kernel ends once every
+                               other rank's blocks have ended theirs) */
   const int *rank_blocks;  /* per rank: its blocks in a launch */
+  const int *rank_first;   /* per rank: where its blocks' words start in `finished` */
   unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
                               calls, [3b+2]: units its TB's blocks took in them */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
@@ -91,6 +92,10 @@ typedef struct RxArgs {
                                 this call (RX_CE_POST; a copy stream waits for nslice of them; the barrier before
                                 the call zeroes them), on this GPU */
   int ncounters;
+  /* The call's layout, worked out by the runtime (tile.h's RxGeom): chunks, elements per vector, whole
+     units of a vector per chunk in a block, slabs that hold them */
+  size_t units;
+  int chunks, vec, kslab;
 } RxArgs;
 
 /* The barrier around a call's copy-engine copies (runtime.c's ce_copies):

@@ -23,17 +23,40 @@
 #define RX_TILE_FN static inline
 #endif
 
+/* a / b, in 32 bits where both fit: a GPU divides 64-bit numbers in a long
+   subroutine, and a block works out its tiles every unit (on 2xH200 that
+   cost 1-3.5 us per unit, BENCHMARKS.md). */
+RX_TILE_FN size_t rx_udiv(size_t a, size_t b) {
+#ifdef __CUDACC__
+  if (((a | b) >> 32) == 0) return (unsigned)a / (unsigned)b;
+#endif
+  return a / b;
+}
+
 /* Cut k of K across n elements, on whole units of v elements; cut K is n. */
-RX_TILE_FN size_t rx_cut(size_t n, size_t v, size_t k, size_t K) { return k >= K ? n : n / v * k / K * v; }
+RX_TILE_FN size_t rx_cut(size_t n, size_t v, size_t k, size_t K) { return k >= K ? n : rx_udiv(rx_udiv(n, v) * k, K) * v; }
 
 /* Elements per 16-byte vector. */
-RX_TILE_FN size_t rx_vec(size_t esize) { return esize && esize < 16 ? 16 / esize : 1; }
+RX_TILE_FN size_t rx_vec(size_t esize) { return esize && esize < 16 ? rx_udiv(16, esize) : 1; }
 
-/* Where slab k of M starts in a block of N elements (k = M: its end), for
-   units of u elements. */
-RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
-  size_t A = N / u * u, K = M > 1 && A < N ? M - 1 : M;
-  return k >= M ? N : k >= K ? A : rx_cut(A, u, k, K);
+/* A call's layout: blocks of N elements in C chunks and M slabs, whole
+   units of u elements (a vector of v per chunk), `units` of them in the
+   first K slabs (the last holds a leftover, if any). Worked out once per
+   call: a GPU then finds a tile in a few divisions. */
+typedef struct {
+  size_t N, C, M, v, u, units, K;
+} RxGeom;
+
+RX_TILE_FN RxGeom rx_geom(size_t N, size_t C, size_t M, size_t esize) {
+  RxGeom g = {N, C, M, rx_vec(esize), 0, 0, M};
+  g.u = g.v * C, g.units = rx_udiv(N, g.u);
+  if (M > 1 && g.units * g.u < N) g.K = M - 1;
+  return g;
+}
+
+/* Where slab k starts (k = M: its end). */
+RX_TILE_FN size_t rx_slab(const RxGeom *g, size_t k) {
+  return k >= g->M ? g->N : k >= g->K ? g->units * g->u : rx_udiv(g->units * k, g->K) * g->u;
 }
 
 /* The GPU runtime's default tile (bytes of a chunk per micro-batch) and FIFO
@@ -67,9 +90,9 @@ RX_TILE_FN size_t rx_slab(size_t N, size_t u, size_t k, size_t M) {
 #error "RX_PIECES must be at least 1 and RX_PIECE_MIN a positive multiple of 16 bytes"
 #endif
 RX_TILE_FN size_t rx_piece(size_t n, size_t esize, size_t slot, int last, size_t N, size_t C, size_t m, size_t M) {
-  size_t v = rx_vec(esize), per = slot / esize;
+  size_t v = rx_vec(esize), per = rx_udiv(slot, esize);
   if (!last || m + 2 < M || (m + 2 == M && N % (v * C) == 0)) return per;
-  size_t p = (n + RX_PIECES * v - 1) / (RX_PIECES * v) * v, min = (size_t)RX_PIECE_MIN / esize;
+  size_t p = rx_udiv(n + RX_PIECES * v - 1, RX_PIECES * v) * v, min = rx_udiv((size_t)RX_PIECE_MIN, esize);
   p = p < min ? min : p;
   return p < per ? p : per;
 }
@@ -101,13 +124,18 @@ RX_TILE_FN size_t rx_nmicro(size_t count, size_t esize, size_t C, size_t maxcnt,
   return nm < whole ? whole : nm;
 }
 
-/* Elements [*lo, *lo + *n) of chunks [idx, idx + cnt) in micro-batch m of M,
-   for blocks of N elements cut into C chunks. */
+/* Elements [*lo, *lo + *n) of chunks [idx, idx + cnt) in micro-batch m. */
+RX_TILE_FN void rx_span_g(const RxGeom *g, int idx, int cnt, int m, size_t *lo, size_t *n) {
+  size_t b = rx_udiv((size_t)idx, g->C), s = (size_t)idx - b * g->C, slab = rx_slab(g, (size_t)m);
+  size_t len = rx_slab(g, (size_t)m + 1) - slab, at = rx_udiv(s * len, g->C);
+  *lo = b * g->N + slab + at;
+  *n = rx_udiv((s + (size_t)cnt) * len, g->C) - at;
+}
+
+/* The same for blocks of N elements cut into C chunks and M micro-batches. */
 RX_TILE_FN void rx_span(size_t N, size_t C, size_t M, size_t esize, int idx, int cnt, int m, size_t *lo, size_t *n) {
-  size_t u = rx_vec(esize) * C, s = (size_t)idx % C, slab = rx_slab(N, u, (size_t)m, M);
-  size_t len = rx_slab(N, u, (size_t)m + 1, M) - slab;
-  *lo = (size_t)idx / C * N + slab + s * len / C;
-  *n = (s + (size_t)cnt) * len / C - s * len / C;
+  RxGeom g = rx_geom(N, C, M, esize);
+  rx_span_g(&g, idx, cnt, m, lo, n);
 }
 
 /* A copy-engine copy of chunks [sidx, sidx + cnt) to [didx, didx + cnt),

@@ -42,6 +42,7 @@ static int R;
 static resccl_comm_t comm[MAXR];
 static cudaStream_t st[MAXR];
 static int dev[MAXR];
+static int ungrouped; /* collective() calls the ranks one by one, outside a group */
 
 /* Input element i of rank r: small integers, exact in float sums. */
 static float val(int r, size_t i) { return (float)((r * 7 + (int)(i % 13)) % 11) - 3; }
@@ -67,7 +68,7 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
   }
   for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize(); /* before the non-blocking streams */
   for (int k = 0; k < calls; k++) {
-    resccl_result_t rc = resccl_group_start();
+    resccl_result_t rc = ungrouped ? resccl_success : resccl_group_start();
     for (int r = 0; r < R && rc == resccl_success; r++) {
       float *in = ibuf[r], *o = obuf[r];
       resccl_stream_t s = (resccl_stream_t)st[r];
@@ -80,7 +81,7 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
       else
         rc = resccl_all_to_all(inplace ? o : in, o, count, resccl_float32, comm[r], s);
     }
-    resccl_result_t end = resccl_group_end();
+    resccl_result_t end = ungrouped ? resccl_success : resccl_group_end();
     if (inplace && rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "no in-place form")) {
       printf("%-14s in-place      not in this plan: refused with resccl_invalid_usage\n", coll);
       for (int r = 0; r < R; r++) cudaFree(ibuf[r]), cudaFree(obuf[r]);
@@ -371,6 +372,17 @@ int main(int argc, char **argv) {
   CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by size: %d, %d", small, large);
   for (int inplace = 0; inplace < 2; inplace++) collective("allgather", 1, inplace, 1), collective("allgather", 4099, inplace, 2);
   printf("allgather      by size       blocks %d below 8 KiB, %d from there\n", small, large);
+  /* Ranks called one by one, outside a group, each on a GPU of its own: they
+     run the first form (the copy engine's needs every rank's buffers). */
+  int own = 1;
+  for (int r = 0; r < R; r++)
+    for (int q = 0; q < r; q++) own &= dev[r] != dev[q];
+  if (own) {
+    ungrouped = 1;
+    collective("allgather", 4099, 0, 2);
+    ungrouped = 0;
+    printf("allgather      outside a group, from 8 KiB: ran the first form\n");
+  }
   /* The plain all-reduce again (a ring: no pulling form): the checks below
      call ranks alone. */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);

@@ -232,10 +232,10 @@ void rt_conf_env(RtConf *c) {
   c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->bad_size);
   /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
-     from 4 to 64 MiB and about as much at 128 MiB; below 4 MiB the handshake
-     at the end of a pulling call cost more than it saved (reduce-scatter
-     6-22% less at 1-2 MiB) (BENCHMARKS.md). */
-  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)4 << 20, &c->bad_size);
+     from 4 to 64 MiB and about as much at 128 MiB. Once the end of a pulling
+     call cost less, pulls took 10-18% less time than pushes at 1-2 MiB
+     (all-reduce), 9% less to 1% more (reduce-scatter) (BENCHMARKS.md). */
+  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)1 << 20, &c->bad_size);
   c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->bad_size);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
@@ -580,15 +580,15 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long)));
   }
   /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
-  /* And the blocks of each rank that ended a call (pulls wait for them). */
+  /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
   unsigned **started = calloc(2 * (size_t)v->nranks, sizeof *started), **finished = started + v->nranks;
-  int *rank_blocks = malloc(sizeof(int) * (size_t)v->nranks);
+  int *rank_blocks = malloc(sizeof(int) * 2 * (size_t)v->nranks), *rank_first = rank_blocks + v->nranks, blocks = 0;
   if (!started || !rank_blocks) return free(started), free(rank_blocks), free(fifo), rt_fail(resccl_system_error, "out of memory");
+  for (int r = 0; r < v->nranks; r++) rank_first[r] = blocks, blocks += rank_blocks[r] = v->ntb[r] * K;
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
     TRY(dev_alloc(v, &started[r], sizeof(unsigned) * (size_t)v->nranks));
-    TRY(dev_alloc(v, &finished[r], sizeof(unsigned) * (size_t)v->nranks));
-    rank_blocks[r] = v->ntb[r] * K;
+    TRY(dev_alloc(v, &finished[r], sizeof(unsigned) * ((size_t)blocks + 1)));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -642,7 +642,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     run.slot_bytes = cf->slot_bytes;
     int *dtab;
     unsigned **dstarted;
-    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + (size_t)v->nranks + 1)));
+    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + 2 * (size_t)v->nranks + 1)));
     TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * 2 * (size_t)v->nranks));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1)));
@@ -654,13 +654,14 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
     run.ceflag = dceflag;
     CU(cudaMemcpy(dtab, tab, sizeof(int) * 4 * (size_t)nb, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dtab + 4 * nb, rank_blocks, sizeof(int) * (size_t)v->nranks, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(dtab + 4 * nb, rank_blocks, sizeof(int) * 2 * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * 2 * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
     v->dev[d].trace = run.trace, v->dev[d].tab = tab;
     run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.block_tbi = dtab + 3 * nb;
     run.started = dstarted, run.finished = dstarted + v->nranks, run.rank_blocks = dtab + 4 * nb;
+    run.rank_first = run.rank_blocks + v->nranks;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
@@ -845,9 +846,12 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
   return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
 }
 
-/* The form of plan p that runs a call of `bytes` (nccl-tests' size), or NULL. */
-static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
+/* The form of plan p that runs a call of `bytes` (nccl-tests' size), or
+   NULL. A call outside a group has its own rank's buffers alone, so it runs
+   the first form: the copy-engine and pulling ones need every rank's. */
+static Variant *form_for(const RtPlan *p, int inplace, size_t bytes, int grouped) {
   Variant *const *f = p->v[inplace];
+  if (!grouped) return f[0];
   if (f[1] && bytes >= p->conf.ce_from) return f[1];
   return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
 }
@@ -856,8 +860,8 @@ resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t 
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
   *blocks = 0;
   const RtPlan *p = plan_for(comm->g, coll, bytes);
-  Variant *v = p ? form_for(p, 0, bytes) : NULL;
-  if (p && !v) v = form_for(p, 1, bytes);
+  Variant *v = p ? form_for(p, 0, bytes, 1) : NULL;
+  if (p && !v) v = form_for(p, 1, bytes, 1);
   if (!v) return rt_fail(resccl_invalid_usage, "no %s plan loaded for %zu bytes", coll, bytes);
   *blocks = v->ntb[comm->rank] * v->nblk;
   return resccl_success;
@@ -974,7 +978,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   size_t bytes = count * es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1); /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
-  Variant *v = form_for(p, inplace, bytes);
+  Variant *v = form_for(p, inplace, bytes, group.depth > 0);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   if (v->even && count % (size_t)v->chunks)
     return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
@@ -1183,6 +1187,8 @@ static resccl_result_t launch(Call *calls, int n) {
       memset(&a, 0, sizeof a);
       a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
       a.op = c->op, a.nranks = c->v->nranks;
+      RxGeom geom = rx_geom(c->count, (size_t)c->v->chunks, (size_t)c->nmicro, c->esize);
+      a.units = geom.units, a.chunks = c->v->chunks, a.vec = (int)geom.v, a.kslab = (int)geom.K;
       int present = 0;
       for (int j = 0; j < n; j++)
         if (first[j] == first[i]) {
