@@ -60,9 +60,10 @@ __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
 }
 
 /* Fences for passing messages: release before a store that tells another
-   block or GPU that data is there, acquire after a wait that saw it.
-   Nothing here needs the sequentially consistent fence that
-   __threadfence_system() is, which costs more (BENCHMARKS.md). */
+   block or GPU that data is there, acquire after a wait where reads of
+   another GPU's data follow. No message here needs the sequentially
+   consistent fence that __threadfence_system() is, which costs more
+   (BENCHMARKS.md). */
 __device__ static inline void rx_fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 __device__ static inline void rx_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
@@ -395,7 +396,7 @@ __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
   if (threadIdx.x == 0) {
     while (*(volatile unsigned *)x->run->ceflag[f] < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
     }
-    rx_fence_gpu(); /* the data is read after the flag */
+    rx_fence_sys(); /* the data is read after the flag (another GPU's copy stream wrote both) */
   }
   if (t0) rx_trace(x, 0, t0);
   __syncthreads();
@@ -555,8 +556,10 @@ __device__ static __noinline__ void rx_put(RxCtx *x, int cout, int peer, int buf
   rx_tiles(x, cnt, m, wbuf >= 0 ? widx : -1, idx, didx, &wlo, &lo, &dlo, &n);
   size_t per = rx_piece(n, x->a->esize, x->run->slot_bytes, last, x->a->count, (size_t)x->run->chunks, (size_t)m,
                         (size_t)x->a->nmicro);
-  if (s_stop) return; /* the peer may still be in its previous call: leave its buffers alone */
+  const int stop = s_stop;
   unsigned long long seq = s_seq;
+  __syncthreads(); /* read before thread 0 writes them for the next put */
+  if (stop) return; /* the peer may still be in its previous call: leave its buffers alone */
   char *dst = x->a->buf[peer][dbuf];
   for (size_t k = 0; k < n; k += per, seq++) {
     size_t w = n - k < per ? n - k : per;
@@ -616,7 +619,10 @@ __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ri
   if (threadIdx.x == 0) s_stop = rx_peer_runs(x, peer);
   size_t slo, ulo, dlo, n;
   rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, &ulo, &slo, &dlo, &n); /* its barriers publish s_stop */
-  if (s_stop) return;
+  if (s_stop) {
+    __syncthreads(); /* read before thread 0 writes it for the next pull */
+    return;
+  }
   rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL,
           x->a->buf[peer][rbuf] + slo * x->a->esize, n, done, NULL);
   __syncthreads();

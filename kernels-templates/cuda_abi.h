@@ -21,6 +21,10 @@ typedef unsigned long long uint64_t;
 #include <stdint.h>
 #endif
 
+/* The plan file's version (src/artifact.c): its kernel source follows this
+   file, so it changes whenever this file's structures do. */
+#define RX_PLAN_VERSION 6
+
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */
 enum { RX_SUM, RX_PROD, RX_MAX, RX_MIN, RX_AVG }; /* as ncclRedOp_t */

@@ -91,7 +91,7 @@ RX_TILE_FN size_t rx_slab(const RxGeom *g, size_t k) {
 #endif
 RX_TILE_FN size_t rx_piece(size_t n, size_t esize, size_t slot, int last, size_t N, size_t C, size_t m, size_t M) {
   size_t v = rx_vec(esize), per = rx_udiv(slot, esize);
-  if (!last || m + 2 < M || (m + 2 == M && N % (v * C) == 0)) return per;
+  if (!last || m + 2 < M || (m + 2 == M && rx_udiv(N, v * C) * v * C == N)) return per;
   size_t p = rx_udiv(n + RX_PIECES * v - 1, RX_PIECES * v) * v, min = rx_udiv((size_t)RX_PIECE_MIN, esize);
   p = p < min ? min : p;
   return p < per ? p : per;

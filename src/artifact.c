@@ -3,7 +3,7 @@
 ** one section per placement, each a few lines of numbers then the emitted
 ** CUDA source. Text, so a person can read what the runtime will set up:
 **
-**   resccl-plan 5
+**   resccl-plan 6                  (RX_PLAN_VERSION, kernels-templates/cuda_abi.h)
 **   name allreduce_ring
 **   collective allreduce
 **   placement out-of-place         (or in-place)
@@ -30,6 +30,7 @@
 #include <stdlib.h>
 
 #include "core.h"
+#include "../kernels-templates/cuda_abi.h"
 
 rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
   const Program *p = pl->prog;
@@ -40,7 +41,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
     buf_free(&src);
     return rc;
   }
-  buf_printf(out, "resccl-plan 5\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", p->name,
+  buf_printf(out, "resccl-plan %d\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", RX_PLAN_VERSION, p->name,
              coll_name(p->coll), pl->opt.inplace ? "in-place" : "out-of-place", p->nranks, p->chunks);
   buf_printf(out, "bufchunks %d %d %d\n", prog_bufchunks(p, BUF_INPUT), prog_bufchunks(p, BUF_OUTPUT),
              prog_bufchunks(p, BUF_SCRATCH));

@@ -380,7 +380,9 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   Variant *v = calloc(1, sizeof *v);
   if (!v) return rt_fail(resccl_system_error, "out of memory");
   if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
-  if (version != 5) BAD("version 5 expected: compile it again");
+  if (version != RX_PLAN_VERSION)
+    return variant_free(NULL, v), rt_fail(resccl_invalid_argument, "%s: plan file version %d, not %d (version): "
+                                          "compile it again", path, version, RX_PLAN_VERSION);
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
