@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
      engine (all of it, for a two-rank all-gather and any all-to-all; the
      puts that a reduce-scatter's or an all-reduce's reductions wait for); a
      rank called alone is refused, since the copies need every rank's
-     buffers. */
+     buffers and these plans have no other form. */
   static const char *const ce_colls[] = {"allgather", "alltoall", "reducescatter", "allreduce"};
   for (int c = 0; c < 4; c++) {
     if (plan_runs(argv[2], ce_colls[c], "-ce") != resccl_success) continue;
@@ -344,7 +344,8 @@ int main(int argc, char **argv) {
   }
   /* Plans compiled with --pull: receives read the sender's input (a
      one-shot all-reduce, a reduce-scatter, an all-gather), replayed in
-     graphs too; a rank called alone is refused, as it has no peer's buffers. */
+     graphs too; a rank called alone is refused, as it has no peer's buffers
+     and these plans have no other form to run instead. */
   static const char *const pull_colls[] = {"allreduce", "reducescatter", "allgather"};
   for (int c = 0; c < 3; c++) {
     if (plan_runs(argv[2], pull_colls[c], "-pull") != resccl_success || c) continue;
