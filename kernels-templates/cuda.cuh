@@ -7,8 +7,8 @@
 ** written by the sender, `head` (slots drained) lives with the sender and is
 ** written by the receiver, so each side polls local memory. Thread 0 waits,
 ** the whole block moves the data (16-byte vectors when aligned), thread 0
-** publishes data after a system-scope fence (a direct put's drained count
-** needs none, see rx_recv_put). Flags order primitives of one rank
+** publishes data after a system-scope fence (a count of what was read needs
+** none, see rx_pop). Flags order primitives of one rank
 ** that sit on different TBs. Every TB of a launch must be resident at once.
 ** Primitives, TB bodies and the data movers (one per dtype) are not
 ** inlined: a tile is large, a call is cheap, and a program stays quick to
@@ -29,7 +29,7 @@
 ** Calls follow one another without any reset: FIFO counters run on from
 ** call to call, and flags count micro-batches from the plan's load (only
 ** what the copy engine shares is zeroed per call, on the GPU): each
-** block keeps its count of calls and of their micro-batches in RxRun.epoch,
+** block keeps its count of calls and of their micro-batches in its RxBlock,
 ** so a replayed CUDA graph runs right. A wait that lasts past the call's timeout
 ** raises the plan's stop flag; every TB then skips its remaining waits, so
 ** the kernel ends and the runtime reports the timeout.
@@ -49,8 +49,8 @@ typedef struct {
   int stopped;              /* thread 0: a wait gave up, the rest of the call is skipped */
   unsigned long long since; /* thread 0: when the current wait started */
   unsigned long long ready; /* thread 0: peers known to run this call (direct sends, pulls) */
-  unsigned base, call;      /* flag counts before this call; this call's number (from RxRun.epoch) */
-  unsigned taken;           /* units its TB's blocks took before this call (RxRun.epoch) */
+  unsigned base, call;      /* flag counts before this call; this call's number (from its RxBlock) */
+  unsigned taken;           /* units its TB's blocks took before this call (its RxBlock) */
   int prim;                 /* the primitive running (RX_AT), for the trace */
   RxGeom g;                 /* the call's layout (tile.h) */
 } RxCtx;
@@ -60,12 +60,18 @@ __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
 }
 
 /* Fences for passing messages: release before a store that tells another
-   block or GPU that data is there, acquire after a wait where reads of
-   another GPU's data follow. No message here needs the sequentially
+   block or GPU that data is there. No message here needs the sequentially
    consistent fence that __threadfence_system() is, which costs more
-   (BENCHMARKS.md). */
+   (BENCHMARKS.md). A wait where reads of another GPU's data follow polls
+   with an acquiring load: LDG.STRONG.SYS and an L1 invalidation, where the
+   fence after a plain poll is a MEMBAR.ALL.SYS too (0.7 us a call). */
 __device__ static inline void rx_fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 __device__ static inline void rx_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+__device__ static inline unsigned rx_ld_acquire(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 __device__ static inline void rx_st(unsigned long long *p, unsigned long long v) {
   rx_fence_sys();
@@ -394,9 +400,9 @@ __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0;
   unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
   if (threadIdx.x == 0) {
-    while (*(volatile unsigned *)x->run->ceflag[f] < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
+    const unsigned *w = x->run->ceflag[f]; /* the data is read after it (another GPU's copy stream wrote both) */
+    while (rx_ld_acquire(w) < (unsigned)m + 1 && !rx_give_up(x, &spins)) {
     }
-    rx_fence_sys(); /* the data is read after the flag (another GPU's copy stream wrote both) */
   }
   if (t0) rx_trace(x, 0, t0);
   __syncthreads();
@@ -461,10 +467,14 @@ __device__ static inline void rx_push(RxCtx *x, int c, unsigned long long v) {
   *(volatile unsigned long long *)f->sent = v;
 }
 
-/* Thread 0, after the block's reads of slot v - 1 of connection c: free it. */
+/* Thread 0, after the block's reads of slot v - 1 of connection c: free it.
+   No fence, as a count of what was read needs none (NCCL's receivers post
+   theirs so): every read of the slot returned its value before the block's
+   barrier (the block stored what it read), so no write after the count
+   can change it. */
 __device__ static inline void rx_pop(RxCtx *x, int c, unsigned long long v) {
   const RxFifo *f = rx_fifo(x, c);
-  rx_st(f->head, v);
+  *(volatile unsigned long long *)f->head = v;
   *(volatile unsigned long long *)f->taken = v;
 }
 
@@ -510,11 +520,15 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
   }
 }
 
-/* The kernel of this rank runs call `call`: peers may now write into its
-   buffers. Told into every rank's memory, so that a sender waits on its own. */
+/* The first warp of the rank's first block: the kernel of this rank runs
+   call `call`, so peers may now read its input and write into its buffers.
+   Told into every rank's memory, a lane a rank, so that a sender waits on
+   its own. No fence before: the block did nothing yet, and what a peer may
+   then read was written, and what it may write over was read, before this
+   kernel began (stream order performs a kernel's memory operations before
+   the next starts); a fence here cost 0.75 us a call (BENCHMARKS.md). */
 __device__ static inline void rx_started(RxCtx *x) {
-  rx_fence_sys();
-  for (int p = 0; p < x->run->nranks; p++) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
+  for (int p = (int)threadIdx.x; p < x->a->nranks; p += 32) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }
 
 /* Thread 0: wait until rank `peer`'s kernel runs this call. Its buffers
@@ -523,10 +537,10 @@ __device__ static inline void rx_started(RxCtx *x) {
    when it gave up. */
 __device__ static int rx_peer_runs(RxCtx *x, int peer) {
   if (!(x->ready >> peer & 1)) {
+    const unsigned *w = x->run->started[x->rank] + peer; /* what the block reads from the peer comes after it */
     unsigned spins = 0;
-    while ((int)(((volatile unsigned *)x->run->started[x->rank])[peer] - x->call) < 0 && !rx_give_up(x, &spins)) {
+    while ((int)(rx_ld_acquire(w) - x->call) < 0 && !rx_give_up(x, &spins)) {
     }
-    rx_fence_sys(); /* what the block reads from the peer comes after */
     x->ready |= 1ull << peer;
   }
   return x->stopped;
@@ -588,11 +602,10 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
       rx_move(x->a, d, rx_at(x, ubuf, ulo + k), d, w, done, NULL);
     }
     __syncthreads();
-    /* Counted drained without a fence: a put filled no slot, so nothing
-       read here must finish first. The count frees slot index seq %
-       nslots for a later slot send on this connection, but what was last
-       read from that slot was drained by an rx_pop, whose fence came
-       before this store in thread 0's order. */
+    /* Counted drained as rx_pop counts, without a fence. The count frees
+       slot index seq % nslots for a later slot send on this connection;
+       what was last read from that slot was read before an earlier
+       barrier of this block. */
     if (threadIdx.x == 0) {
       const RxFifo *f = rx_fifo(x, cin);
       *(volatile unsigned long long *)f->head = seq + 1;
@@ -635,19 +648,16 @@ __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ri
    warp of the rank's first block then waits until every block of every
    other rank has said so (until then they may read its buffers), a lane
    per word. Words count calls, so a replayed CUDA graph runs right. */
-__device__ static void rx_pull_end(RxCtx *x) {
+__device__ static void rx_pull_end(RxCtx *x, int word) {
   const RxRun *run = x->run;
-  if (threadIdx.x == 0) {
-    const int k = run->rank_first[x->rank] + x->tb * run->nblk + x->chan;
-    rx_fence_sys(); /* the block's reads before its word */
+  if (threadIdx.x == 0) /* no fence: the block's reads returned their values before its barrier (rx_pop) */
     for (int p = 0; p < run->nranks; p++)
-      if (p != x->rank) ((volatile unsigned *)run->finished[p])[k] = x->call;
-  }
+      if (p != x->rank) ((volatile unsigned *)run->finished[p])[word] = x->call;
   if (x->tb || x->chan || threadIdx.x >= 32) return;
   const volatile unsigned *fin = run->finished[x->rank];
   for (int p = 0; p < run->nranks; p++) {
     if (p == x->rank) continue;
-    for (int j = run->rank_first[p] + threadIdx.x, e = run->rank_first[p] + run->rank_blocks[p]; j < e; j += 32) {
+    for (int j = run->first[p] + (int)threadIdx.x, e = run->first[p + 1]; j < e; j += 32) {
       unsigned spins = 0;
       while ((int)(fin[j] - x->call) < 0 && !rx_give_up(x, &spins)) {
       }
@@ -671,7 +681,7 @@ __device__ static inline unsigned long long *rx_done(const RxCtx *x, int tbi) {
    waits until the unit before it in its slice is done; 0 when none is left.
    Counted without a reset: every block of the TB takes units until one is
    past the call's last, so a call moves the counter by its units plus
-   nblk, and each block counts that too (RxRun.epoch) to know where this
+   nblk, and each block counts that too (its RxBlock) to know where this
    call's units start (modulo 2^32 on both sides). Without turns, the
    block's next unit of its own slice. */
 __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
@@ -759,13 +769,14 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_PROGRAM_END default: return 0; } } \
   extern "C" __global__ void __launch_bounds__(RX_THREADS) rx_kernel(const __grid_constant__ RxArgs a) { \
     const RxRun *run = a.run; \
-    RxCtx ctx = {run, &a, run->block_rank[blockIdx.x], run->block_tb[blockIdx.x], run->block_chan[blockIdx.x]}; \
-    unsigned *ep = run->epoch + 3 * blockIdx.x; \
-    const int tbi = run->block_tbi[blockIdx.x]; \
-    ctx.base = ep[0], ctx.call = ep[1] + 1, ctx.taken = ep[2]; \
+    RxBlock *blk = a.block + blockIdx.x; \
+    const RxBlock b = *blk; \
+    RxCtx ctx = {run, &a, b.rank, b.tb, b.chan}; \
+    const int tbi = b.tbi; \
+    ctx.base = b.base, ctx.call = b.call + 1, ctx.taken = b.taken; \
     ctx.g = RxGeom{a.count, (size_t)a.chunks, (size_t)a.nmicro, (size_t)a.vec, (size_t)a.vec * (size_t)a.chunks, a.units, \
                    (size_t)a.kslab}; \
-    if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x == 0) rx_started(&ctx); \
+    if (ctx.tb == 0 && ctx.chan == 0 && threadIdx.x < 32) rx_started(&ctx); \
     if (run->trace && threadIdx.x == 0) rx_trace_start(run); \
     RxCtx *x = &ctx; \
     x->e = -1; \
@@ -775,10 +786,10 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
       rx_unit_done(x, tbi); \
     } \
     __syncthreads(); \
-    if (rx_pulls) rx_pull_end(x); \
+    if (rx_pulls) rx_pull_end(x, b.word); \
     if (threadIdx.x == 0) { \
-      ep[0] = x->base + (unsigned)a.nmicro, ep[1] = x->call; \
-      if (a.turns) ep[2] = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
+      blk->base = x->base + (unsigned)a.nmicro, blk->call = x->call; \
+      if (a.turns) blk->taken = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \
     } }
 
 #endif

@@ -23,7 +23,7 @@ typedef unsigned long long uint64_t;
 
 /* The plan file's version (src/artifact.c): its kernel source follows this
    file, so it changes whenever this file's structures do. */
-#define RX_PLAN_VERSION 6
+#define RX_PLAN_VERSION 7
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */
@@ -39,37 +39,42 @@ typedef struct {
   char *slots;               /* receiver's memory: nslots * slot_bytes */
 } RxFifo;
 
+#define RX_MAXRANKS 64 /* ranks of a plan the runtime runs */
+
+/* Per block of a launch: who it is, read at its start one load away from
+   the kernel argument, and its counts of the calls before, written at its
+   end (so a replayed CUDA graph counts on). */
+typedef struct RxBlock {
+  int rank, tb, chan, tbi;    /* its rank, TB, channel (index among the TB's blocks), the TB's index on this GPU */
+  unsigned base, call, taken; /* micro-batches of the calls before, those calls, units its TB's blocks took in them */
+  int word;                   /* plans that pull: its word in every other rank's `finished` */
+} RxBlock;
+
 /* What a loaded plan keeps on one GPU, in its memory, from call to call.
    Every TB runs on nblk blocks (its channels), and cuts each tile into
    nslice slices, more than blocks: a slice has its own FIFO and flags, and
    the blocks take (entry, micro-batch, slice) units in turn, so a faster
    block takes more of them. A call cuts its tiles into RxArgs.nslice of
    them; without turns (a call too small for more units than blocks) that
-   is nblk and block k runs slice k of every unit. */
+   is nblk and block k runs slice k of every unit. The words a call's start
+   and end pass between ranks are one load away (arrays here, not pointers). */
 typedef struct RxRun {
   int nranks, chunks, nslots, nslice, nblk; /* nslice: the most a call may use */
   size_t slot_bytes;       /* of each slice's FIFO */
   RxFifo *fifo;            /* per connection and slice: [conn * nslice + slice] */
   unsigned *flag;          /* per flag and slice: micro-batches finished since the plan was loaded */
-  const int *block_rank;   /* per block of the launch: its rank, TB, channel, and the TB's index on this GPU */
-  const int *block_tb;
-  const int *block_chan;
-  const int *block_tbi;
   unsigned *claim;         /* per TB of this GPU: units its blocks took since the plan was loaded */
   unsigned long long *done; /* per TB of this GPU and slice: call << 32 | the units of that slice done in it */
-  unsigned *const *started; /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it; direct sends
-                              and pulls wait for it) */
-  unsigned *const *finished; /* per rank r, in r's memory, for plans that pull: at rank_first[p] + k, the last
-                               call in which block k of rank p ended its reads (r's kernel ends once every
-                               other rank's blocks have ended theirs) */
-  const int *rank_blocks;  /* per rank: its blocks in a launch */
-  const int *rank_first;   /* per rank: where its blocks' words start in `finished` */
-  unsigned *epoch;         /* per block of the launch, [3b]: micro-batches of the calls before, [3b+1]: those
-                              calls, [3b+2]: units its TB's blocks took in them */
   volatile int *stop;      /* host memory every GPU sees: set when a wait gave up */
   unsigned *const *ceflag; /* per copy-engine flag, in its copy's source GPU's memory: micro-batches put in this
                               call (the copy stream posts it; the barrier before the next call zeroes it) */
   unsigned long long *trace; /* RESCCL_TRACE: per block RX_TRACE_WORDS words, the last call's events; or NULL */
+  unsigned *started[RX_MAXRANKS];  /* per rank r, in r's memory: [p] the call rank p's kernel runs (p writes it;
+                                      direct sends and pulls wait for it) */
+  unsigned *finished[RX_MAXRANKS]; /* per rank r, in r's memory, for plans that pull: at first[p] + k, the last
+                                      call in which block k of rank p ended its reads (r's kernel ends once every
+                                      other rank's blocks have ended theirs) */
+  int first[RX_MAXRANKS + 1];      /* per rank: where its blocks' words start in `finished` (then all blocks) */
 } RxRun;
 
 /* A block's trace: word 0 counts events (its SM above), then 3 words each:
@@ -79,14 +84,13 @@ typedef struct RxRun {
 #define RX_TRACE_EVENTS 2048
 #define RX_TRACE_WORDS (1 + 3 * RX_TRACE_EVENTS)
 
-#define RX_MAXRANKS 64 /* ranks of a plan the runtime runs */
-
 /* One call, passed by value: buffers by rank (this GPU's ranks, or every
    rank when all were called together: then `direct` sends may write into
    peers' buffers) and sizes. Nothing in it counts calls (each block keeps
-   its own count in RxRun.epoch), so a captured CUDA graph replays right. */
+   its own count in its RxBlock), so a captured CUDA graph replays right. */
 typedef struct RxArgs {
   const RxRun *run;
+  RxBlock *block;            /* the launch's blocks (RxRun's plan on this GPU), [blockIdx.x] */
   char *buf[RX_MAXRANKS][3];
   size_t count, esize;
   int nranks, nmicro, dtype, op, direct;

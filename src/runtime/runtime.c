@@ -160,7 +160,8 @@ typedef struct {
     int nflags;
     unsigned *posts;  /* the counters of this GPU's kernel, grown with the micro-batches of a call */
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
-    int *tab;         /* host copy of the block tables (rank, TB, channel, TB index), for the trace */
+    RxBlock *block;   /* the launch's blocks, in its memory (RxArgs.block) */
+    RxBlock *tab;     /* host copy of their tables, for the trace */
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
@@ -338,7 +339,7 @@ static void trace_write(Group *g, Variant *v, const char *path) {
       for (unsigned long long k = 0; k < (e[0] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++) {
         unsigned long long w = e[1 + 3 * k];
         fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu\n", g->dev[d], v->inplace ? "in" : "out", b,
-                v->dev[d].tab[b], v->dev[d].tab[nb + b], v->dev[d].tab[2 * nb + b], (w >> 24) & 0xffff, w >> 40,
+                v->dev[d].tab[b].rank, v->dev[d].tab[b].tb, v->dev[d].tab[b].chan, (w >> 24) & 0xffff, w >> 40,
                 (w >> 4) & 0xfffff, w & 0xf, e[2 + 3 * k] - t0, e[3 + 3 * k] - t0, e[0] >> 32);
       }
     }
@@ -583,14 +584,15 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   }
   /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
   /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
-  unsigned **started = calloc(2 * (size_t)v->nranks, sizeof *started), **finished = started + v->nranks;
-  int *rank_blocks = malloc(sizeof(int) * 2 * (size_t)v->nranks), *rank_first = rank_blocks + v->nranks, blocks = 0;
-  if (!started || !rank_blocks) return free(started), free(rank_blocks), free(fifo), rt_fail(resccl_system_error, "out of memory");
-  for (int r = 0; r < v->nranks; r++) rank_first[r] = blocks, blocks += rank_blocks[r] = v->ntb[r] * K;
+  RxRun run;
+  memset(&run, 0, sizeof run);
+  run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nslice = V, run.nblk = K;
+  run.slot_bytes = cf->slot_bytes;
+  for (int r = 0; r < v->nranks; r++) run.first[r + 1] = run.first[r] + v->ntb[r] * K;
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &started[r], sizeof(unsigned) * (size_t)v->nranks));
-    TRY(dev_alloc(v, &finished[r], sizeof(unsigned) * ((size_t)blocks + 1)));
+    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks));
+    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1)));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -625,11 +627,13 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     int nb = 0, ntbs = 0;
     for (int r = 0; r < v->nranks; r++)
       if (g->comms[r].d == d) nb += v->ntb[r] * K, ntbs += v->ntb[r];
-    int *tab = malloc(sizeof(int) * (4 * (size_t)nb + 1)), k = 0, tbi = 0;
-    for (int r = 0; r < v->nranks; r++)
+    RxBlock *tab = calloc((size_t)nb + 1, sizeof *tab);
+    if (!tab) return free(fifo), rt_fail(resccl_system_error, "out of memory");
+    for (int r = 0, k = 0, tbi = 0; r < v->nranks; r++)
       if (g->comms[r].d == d)
         for (int b = 0; b < v->ntb[r]; b++, tbi++)
-          for (int c = 0; c < K; c++, k++) tab[k] = r, tab[nb + k] = b, tab[2 * nb + k] = c, tab[3 * nb + k] = tbi;
+          for (int c = 0; c < K; c++, k++)
+            tab[k].rank = r, tab[k].tb = b, tab[k].chan = c, tab[k].tbi = tbi, tab[k].word = run.first[r] + b * K + c;
     int per_sm = 0;
     CUDRV(drv.occupancy(&per_sm, v->dev[d].fn, cf->threads, 0));
     if (nb > per_sm * sms) {
@@ -638,32 +642,20 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
                     "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
       break;
     }
-    RxRun run;
-    memset(&run, 0, sizeof run);
-    run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nslice = V, run.nblk = K;
-    run.slot_bytes = cf->slot_bytes;
-    int *dtab;
-    unsigned **dstarted;
-    TRY(dev_alloc(v, &dtab, sizeof(int) * (4 * (size_t)nb + 2 * (size_t)v->nranks + 1)));
-    TRY(dev_alloc(v, &dstarted, sizeof(unsigned *) * 2 * (size_t)v->nranks));
+    v->dev[d].tab = tab;
+    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb));
+    CU(cudaMemcpy(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1)));
     TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs));
     TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V));
-    TRY(dev_alloc(v, &run.epoch, sizeof(unsigned) * 3 * (size_t)nb));
     unsigned **dceflag;
     TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1)));
     CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
     run.ceflag = dceflag;
-    CU(cudaMemcpy(dtab, tab, sizeof(int) * 4 * (size_t)nb, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dtab + 4 * nb, rank_blocks, sizeof(int) * 2 * (size_t)v->nranks, cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(dstarted, started, sizeof(unsigned *) * 2 * (size_t)v->nranks, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
-    v->dev[d].trace = run.trace, v->dev[d].tab = tab;
-    run.block_rank = dtab, run.block_tb = dtab + nb, run.block_chan = dtab + 2 * nb, run.block_tbi = dtab + 3 * nb;
-    run.started = dstarted, run.finished = dstarted + v->nranks, run.rank_blocks = dtab + 4 * nb;
-    run.rank_first = run.rank_blocks + v->nranks;
+    v->dev[d].trace = run.trace;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
@@ -672,7 +664,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
   }
-  free(fifo), free(started), free(rank_blocks);
+  free(fifo);
   /* Copy-engine copies: a stream for each (source GPU, destination GPU) with
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
@@ -1187,7 +1179,7 @@ static resccl_result_t launch(Call *calls, int n) {
       int d = c->comm->d;
       RxArgs a;
       memset(&a, 0, sizeof a);
-      a.run = c->v->dev[d].run, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
+      a.run = c->v->dev[d].run, a.block = c->v->dev[d].block, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
       a.op = c->op, a.nranks = c->v->nranks;
       RxGeom geom = rx_geom(c->count, (size_t)c->v->chunks, (size_t)c->nmicro, c->esize);
       a.units = geom.units, a.chunks = c->v->chunks, a.vec = (int)geom.v, a.kslab = (int)geom.K;
