@@ -82,9 +82,9 @@ resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path);
 resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes);
 /* Thread blocks per GPU the loaded plans for `collective` ("allreduce", ...) launch per rank (the most). */
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *collective, int *blocks);
-/* Thread blocks per rank a call of `bytes` bytes (nccl-tests' size) launches in a group, out of place where
-   the plan has that form: 0 where the copy engine makes all its copies (plans compiled with copy-engine
-   forms run them from RESCCL_CE_FROM bytes). */
+/* Thread blocks per rank a call of `bytes` bytes (nccl-tests' size) launches in a group of every rank,
+   out of place where the plan has that form: 0 where the copy engine makes all its copies (plans
+   compiled with copy-engine forms run them from RESCCL_CE_FROM bytes). */
 resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *collective, size_t bytes, int *blocks);
 
 resccl_result_t resccl_group_start(void);

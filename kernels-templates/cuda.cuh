@@ -471,7 +471,9 @@ __device__ static inline void rx_push(RxCtx *x, int c, unsigned long long v) {
    No fence, as a count of what was read needs none (NCCL's receivers post
    theirs so): every read of the slot returned its value before the block's
    barrier (the block stored what it read), so no write after the count
-   can change it. */
+   can change it. Every primitive that reads a slot or a peer's buffer must
+   keep that so: store what it read before the barrier ahead of the count
+   (rx_recv_put's and rx_pull_end's counts rely on it too). */
 __device__ static inline void rx_pop(RxCtx *x, int c, unsigned long long v) {
   const RxFifo *f = rx_fifo(x, c);
   *(volatile unsigned long long *)f->head = v;
@@ -604,8 +606,8 @@ __device__ static __noinline__ void rx_recv_put(RxCtx *x, int cin, int ubuf, int
     __syncthreads();
     /* Counted drained as rx_pop counts, without a fence. The count frees
        slot index seq % nslots for a later slot send on this connection;
-       what was last read from that slot was read before an earlier
-       barrier of this block. */
+       what was last read from that slot was read before the barrier ahead
+       of the count that drained it, in whichever block of the TB did. */
     if (threadIdx.x == 0) {
       const RxFifo *f = rx_fifo(x, cin);
       *(volatile unsigned long long *)f->head = seq + 1;

@@ -44,7 +44,7 @@ typedef struct {
 /* Per block of a launch: who it is, read at its start one load away from
    the kernel argument, and its counts of the calls before, written at its
    end (so a replayed CUDA graph counts on). */
-typedef struct RxBlock {
+typedef struct __attribute__((aligned(16))) RxBlock { /* two 16-byte loads */
   int rank, tb, chan, tbi;    /* its rank, TB, channel (index among the TB's blocks), the TB's index on this GPU */
   unsigned base, call, taken; /* micro-batches of the calls before, those calls, units its TB's blocks took in them */
   int word;                   /* plans that pull: its word in every other rank's `finished` */

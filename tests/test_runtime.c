@@ -12,7 +12,8 @@
 ** (allgather-ce.plan, alltoall-ce.plan, and reducescatter-ce.plan and
 ** allreduce-ce.plan, whose reductions wait for those copies; an all-to-all
 ** and an all-reduce of them captured and replayed too), bad arguments
-** (error codes and messages), and, with
+** (error codes and messages), all-gathers called outside a group, in a group
+** per rank and in groups that hold ranks unevenly, and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
 */
@@ -42,7 +43,7 @@ static int R;
 static resccl_comm_t comm[MAXR];
 static cudaStream_t st[MAXR];
 static int dev[MAXR];
-static int ungrouped; /* collective() calls the ranks one by one, outside a group */
+static int apart; /* collective() calls the ranks in one group (0), one by one outside a group (1), in a group each (2) */
 
 /* Input element i of rank r: small integers, exact in float sums. */
 static float val(int r, size_t i) { return (float)((r * 7 + (int)(i % 13)) % 11) - 3; }
@@ -68,10 +69,11 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
   }
   for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize(); /* before the non-blocking streams */
   for (int k = 0; k < calls; k++) {
-    resccl_result_t rc = ungrouped ? resccl_success : resccl_group_start();
+    resccl_result_t rc = apart ? resccl_success : resccl_group_start();
     for (int r = 0; r < R && rc == resccl_success; r++) {
       float *in = ibuf[r], *o = obuf[r];
       resccl_stream_t s = (resccl_stream_t)st[r];
+      if (apart == 2) resccl_group_start();
       if (!strcmp(coll, "allreduce"))
         rc = resccl_all_reduce(inplace ? o : in, o, count, resccl_float32, resccl_sum, comm[r], s);
       else if (!strcmp(coll, "allgather"))
@@ -80,8 +82,12 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
         rc = resccl_reduce_scatter(in, inplace ? in + (size_t)r * count : o, count, resccl_float32, resccl_sum, comm[r], s);
       else
         rc = resccl_all_to_all(inplace ? o : in, o, count, resccl_float32, comm[r], s);
+      if (apart == 2) {
+        resccl_result_t e = resccl_group_end();
+        rc = rc ? rc : e;
+      }
     }
-    resccl_result_t end = ungrouped ? resccl_success : resccl_group_end();
+    resccl_result_t end = apart ? resccl_success : resccl_group_end();
     if (inplace && rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "no in-place form")) {
       printf("%-14s in-place      not in this plan: refused with resccl_invalid_usage\n", coll);
       for (int r = 0; r < R; r++) cudaFree(ibuf[r]), cudaFree(obuf[r]);
@@ -118,6 +124,53 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
   CHECK(wrong == 0, "%s %s count %zu x%d: %zu wrong", coll, inplace ? "in-place" : "out-of-place", count, calls, wrong);
   printf("%-14s %-13s count %-9zu calls %d: %zu wrong\n", coll, inplace ? "in-place" : "out-of-place", count, calls, wrong);
   free(host);
+}
+
+/* All-gathers grouped unevenly across ranks, as NCCL allows (a rank's k-th
+   collective is every rank's k-th): rank 0's X alone, then the others' X
+   with rank 0's Y, then the others' Y. X is large enough for the copy-engine
+   form, which needs every rank in one group, so it runs the first form. */
+static void staggered(void) {
+  const size_t n[2] = {4099, 5};
+  float *in[2][MAXR], *out[2][MAXR], host[4099 * MAXR];
+  for (int x = 0; x < 2; x++)
+    for (int r = 0; r < R; r++) {
+      cudaSetDevice(dev[r]);
+      cudaMalloc((void **)&in[x][r], sizeof(float) * n[x]);
+      cudaMalloc((void **)&out[x][r], sizeof(float) * n[x] * R);
+      cudaMemset(out[x][r], 0xff, sizeof(float) * n[x] * R); /* poison: NaN */
+      for (size_t i = 0; i < n[x]; i++) host[i] = val(r, i);
+      cudaMemcpy(in[x][r], host, sizeof(float) * n[x], cudaMemcpyHostToDevice);
+    }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
+  resccl_result_t rc = resccl_success;
+  for (int step = 0; step < 3; step++) { /* the groups: {0:X}, {1..:X, 0:Y}, {1..:Y} */
+    resccl_group_start();
+    for (int r = 0; r < R; r++) {
+      int x = r == 0 ? step - 1 : step; /* rank 0 is a group ahead */
+      if (x < 0 || x > 1) continue;
+      resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n[x], resccl_float32, comm[r], (resccl_stream_t)st[r]);
+      rc = rc ? rc : e;
+    }
+    resccl_result_t e = resccl_group_end();
+    rc = rc ? rc : e;
+  }
+  CHECK(rc == resccl_success, "staggered groups: %s", resccl_get_last_error());
+  size_t wrong = 0;
+  for (int r = 0; r < R; r++) {
+    cudaSetDevice(dev[r]);
+    cudaStreamSynchronize(st[r]);
+    resccl_result_t async;
+    resccl_comm_get_async_error(comm[r], &async);
+    CHECK(async == resccl_success, "staggered groups: async error %s", resccl_get_error_string(async));
+    for (int x = 0; x < 2; x++) {
+      cudaMemcpy(host, out[x][r], sizeof(float) * n[x] * R, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n[x] * R; i++) wrong += host[i] != val((int)(i / n[x]), i % n[x]);
+      cudaFree(in[x][r]), cudaFree(out[x][r]);
+    }
+  }
+  CHECK(wrong == 0, "staggered groups: %zu wrong", wrong);
+  printf("allgather      staggered groups (rank 0 a group ahead): %zu wrong\n", wrong);
 }
 
 /* Every GPU's stream is still capturing after `what`. */
@@ -373,16 +426,17 @@ int main(int argc, char **argv) {
   CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by size: %d, %d", small, large);
   for (int inplace = 0; inplace < 2; inplace++) collective("allgather", 1, inplace, 1), collective("allgather", 4099, inplace, 2);
   printf("allgather      by size       blocks %d below 8 KiB, %d from there\n", small, large);
-  /* Ranks called one by one, outside a group, each on a GPU of its own: they
-     run the first form (the copy engine's needs every rank's buffers). */
+  /* Ranks called one by one, outside a group or in a group each, each on a
+     GPU of its own: they run the first form (the copy engine's needs every
+     rank's buffers). */
   int own = 1;
   for (int r = 0; r < R; r++)
     for (int q = 0; q < r; q++) own &= dev[r] != dev[q];
   if (own) {
-    ungrouped = 1;
-    collective("allgather", 4099, 0, 2);
-    ungrouped = 0;
-    printf("allgather      outside a group, from 8 KiB: ran the first form\n");
+    for (apart = 1; apart <= 2; apart++) collective("allgather", 4099, 0, 2);
+    apart = 0;
+    printf("allgather      outside a group, and a group per rank, from 8 KiB: ran the first form\n");
+    staggered();
   }
   /* The plain all-reduce again (a ring: no pulling form): the checks below
      call ranks alone. */

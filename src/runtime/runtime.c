@@ -190,7 +190,8 @@ typedef struct {
 
 struct resccl_comm {
   Group *g;
-  int rank, cudev, d; /* d: index into g->dev */
+  int rank, cudev, d;       /* d: index into g->dev */
+  unsigned long long calls; /* collectives launched (launch() matches ranks' calls by it) */
 };
 
 /* ------------------------------------------------------------ init */
@@ -266,7 +267,7 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
       if (k == MAXDEV) return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d GPUs", MAXDEV);
       g->dev[g->ndevs++] = d;
     }
-    c[r] = (struct resccl_comm){g, r, d, k};
+    c[r] = (struct resccl_comm){g, r, d, k, 0};
   }
   /* Peer access between every pair of GPUs: FIFOs are written across them. */
   for (int a = 0; a < g->ndevs; a++) {
@@ -627,7 +628,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     int nb = 0, ntbs = 0;
     for (int r = 0; r < v->nranks; r++)
       if (g->comms[r].d == d) nb += v->ntb[r] * K, ntbs += v->ntb[r];
-    RxBlock *tab = calloc((size_t)nb + 1, sizeof *tab);
+    RxBlock *tab = v->dev[d].tab = calloc((size_t)nb + 1, sizeof *tab);
     if (!tab) return free(fifo), rt_fail(resccl_system_error, "out of memory");
     for (int r = 0, k = 0, tbi = 0; r < v->nranks; r++)
       if (g->comms[r].d == d)
@@ -637,12 +638,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     int per_sm = 0;
     CUDRV(drv.occupancy(&per_sm, v->dev[d].fn, cf->threads, 0));
     if (nb > per_sm * sms) {
-      free(tab);
       res = rt_fail(resccl_invalid_usage, "GPU %d would need %d resident blocks (%d TBs x %d channels) and holds %d: "
                     "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
       break;
     }
-    v->dev[d].tab = tab;
     TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb));
     CU(cudaMemcpy(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
@@ -840,22 +839,31 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
   return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
 }
 
-/* The form of plan p that runs a call of `bytes` (nccl-tests' size), or
-   NULL. A call outside a group has its own rank's buffers alone, so it runs
-   the first form: the copy-engine and pulling ones need every rank's. */
-static Variant *form_for(const RtPlan *p, int inplace, size_t bytes, int grouped) {
+/* The form of plan p that runs a call of `bytes` (nccl-tests' size) when
+   every rank is called together, or NULL; launch() falls back to the first
+   form where not (the copy-engine and pulling ones need every rank's
+   buffers). */
+static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   Variant *const *f = p->v[inplace];
-  if (!grouped) return f[0];
   if (f[1] && bytes >= p->conf.ce_from) return f[1];
   return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
+}
+
+/* Where a collective's group holds only some of its ranks (called outside a
+   group, or in groups of their own), it runs its plan's first form in place
+   of form v when v needs every rank's buffers (copy-engine copies, pulls)
+   and the first does not; its other ranks, called likewise, do the same. */
+static Variant *apart_form(const RtPlan *p, Variant *v) {
+  Variant *f0 = p->v[v->inplace][0];
+  return (v->nce || v->pulls) && f0 && !f0->nce && !f0->pulls ? f0 : v;
 }
 
 resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t bytes, int *blocks) {
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
   *blocks = 0;
   const RtPlan *p = plan_for(comm->g, coll, bytes);
-  Variant *v = p ? form_for(p, 0, bytes, 1) : NULL;
-  if (p && !v) v = form_for(p, 1, bytes, 1);
+  Variant *v = p ? form_for(p, 0, bytes) : NULL;
+  if (p && !v) v = form_for(p, 1, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "no %s plan loaded for %zu bytes", coll, bytes);
   *blocks = v->ntb[comm->rank] * v->nblk;
   return resccl_success;
@@ -890,6 +898,7 @@ struct Call {
   int nmicro, dtype, op;
   cudaStream_t stream;
   int nslice, turns;
+  unsigned long long seq; /* the rank's collectives before this one (launch()) */
 };
 
 static resccl_result_t launch(Call *calls, int n);
@@ -955,6 +964,39 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cuda
   return resccl_success;
 }
 
+/* What call c needs of its form c->v: a count its chunks split where the
+   form needs that, micro-batches, slices, counters and scratch. */
+static resccl_result_t shape(Call *c) {
+  Variant *v = c->v;
+  const RtPlan *p = c->plan;
+  size_t count = c->count, es = c->esize;
+  if (v->even && count % (size_t)v->chunks)
+    return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
+                   p->coll, count, v->chunks, p->name);
+  /* Micro-batches: tile.h's rule, the one the simulator follows too. Slices
+     taken in turn where the call is long enough for blocks to drift apart:
+     at the tile's micro-batches a block would get at least 4 units of each
+     entry per slice it has. On 2xH200 turns gained 5-10% from 1 GiB and
+     lost 6-7% at 32 MiB (2 micro-batches; BENCHMARKS.md). Smaller calls
+     keep one slice per block. With turns a unit fills a slot (a tile of a
+     slot per slice of each block): every unit costs a claim, a wait and
+     fences, and 2 MiB units moved 5-10% more than 1 MiB from 512 MiB. */
+  size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
+  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
+                        (size_t)p->conf.nmicro);
+  c->nslice = (int)K, c->turns = 0;
+  if (V > K && nm >= 4 * (V / K)) {
+    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.slot_bytes * K, p->conf.slot_bytes,
+                   (size_t)p->conf.nmicro);
+    c->nslice = (int)V, c->turns = 1;
+  }
+  c->nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
+  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, c->stream));
+  if (v->bufchunks[2])
+    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c->stream, &c->buf[2]));
+  return resccl_success;
+}
+
 static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
                                resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
@@ -972,33 +1014,11 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   size_t bytes = count * es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1); /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
-  Variant *v = form_for(p, inplace, bytes, group.depth > 0);
+  Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
-  if (v->even && count % (size_t)v->chunks)
-    return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
-                   coll, count, v->chunks, p->name);
-  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
-  /* Micro-batches: tile.h's rule, the one the simulator follows too. Slices
-     taken in turn where the call is long enough for blocks to drift apart:
-     at the tile's micro-batches a block would get at least 4 units of each
-     entry per slice it has. On 2xH200 turns gained 5-10% from 1 GiB and
-     lost 6-7% at 32 MiB (2 micro-batches; BENCHMARKS.md). Smaller calls
-     keep one slice per block. With turns a unit fills a slot (a tile of a
-     slot per slice of each block): every unit costs a claim, a wait and
-     fences, and 2 MiB units moved 5-10% more than 1 MiB from 512 MiB. */
-  size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
-  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
-                        (size_t)p->conf.nmicro);
-  c.nslice = (int)K, c.turns = 0;
-  if (V > K && nm >= 4 * (V / K)) {
-    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.slot_bytes * K, p->conf.slot_bytes,
-                   (size_t)p->conf.nmicro);
-    c.nslice = (int)V, c.turns = 1;
-  }
-  c.nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
-  if (v->ncounters) TRY(counters(v, comm, (size_t)c.nmicro, c.stream));
-  if (v->bufchunks[2])
-    TRY(scratch(v, comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c.stream, &c.buf[2]));
+  if (group.depth == 0 && comm->g->n > 1) v = apart_form(p, v); /* not shaped for a form that cannot run */
+  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0, 0};
+  TRY(shape(&c));
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
     Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
@@ -1118,27 +1138,73 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   return resccl_success;
 }
 
-/* One kernel per (variant, GPU), holding every rank of that GPU. */
-static resccl_result_t launch(Call *calls, int n) {
-  char *done = calloc((size_t)n, 1);
-  /* The k-th call of a rank on a plan belongs to the plan's k-th collective
-     of the group; first[i] is that collective's first call. When every rank
-     of the plan is in it, its kernels get every rank's buffers (direct
-     sends). */
-  int *first = malloc(sizeof(int) * (size_t)n), *occ = calloc((size_t)n, sizeof(int));
+/* Ranks' calls are matched as NCCL matches them: a rank's k-th collective
+   is every rank's k-th (counted from init, and on through this queue).
+   first[i]: the queue's first call of calls[i]'s collective. */
+static void match(Call *calls, int n, int *first) {
   for (int i = 0; i < n; i++) {
+    calls[i].seq = calls[i].comm->calls;
+    for (int j = 0; j < i; j++) calls[i].seq += calls[j].comm == calls[i].comm;
     first[i] = i;
-    for (int j = 0; j < i; j++) occ[i] += calls[j].v == calls[i].v && calls[j].comm == calls[i].comm;
     for (int j = 0; j < i; j++)
-      if (calls[j].v == calls[i].v && occ[j] == occ[i]) {
-        first[i] = first[j];
+      if (calls[j].comm->g == calls[i].comm->g && calls[j].seq == calls[i].seq) {
+        first[i] = j;
         break;
       }
   }
+}
+
+static resccl_result_t fall_back(Call *calls, int n, const int *first) {
+  for (int k = 0; k < n; k++) {
+    Variant *v = calls[k].v, *f = apart_form(calls[k].plan, v);
+    if (first[k] != k || f == v) continue;
+    int all = 0;
+    for (int j = k; j < n; j++) all += first[j] == k;
+    if (all == v->nranks) continue;
+    INFO("%s: %d of plan %s's %d ranks called together: its first form runs", calls[k].plan->coll, all,
+         calls[k].plan->name, v->nranks);
+    for (int j = k; j < n; j++)
+      if (first[j] == k && calls[j].v == v) {
+        calls[j].v = f;
+        TRY(shape(&calls[j]));
+      }
+  }
+  return resccl_success;
+}
+
+/* The order collectives launch in: by communicator group (the queue's
+   order of their first calls), then by number, so that every rank's go in
+   its own order. */
+static int launch_order(const Call *calls, int n, const int *first, int *order) {
+  int m = 0;
+  for (int k = 0; k < n; k++) {
+    if (first[k] != k) continue;
+    int gk = 0, at = m++;
+    while (calls[gk].comm->g != calls[k].comm->g) gk++;
+    for (; at > 0; at--) {
+      const Call *o = &calls[order[at - 1]];
+      int go = 0;
+      while (calls[go].comm->g != o->comm->g) go++;
+      if (go < gk || (go == gk && o->seq < calls[k].seq)) break;
+      order[at] = order[at - 1];
+    }
+    order[at] = k;
+  }
+  return m;
+}
+
+/* One kernel per (variant, GPU), holding every rank of that GPU. */
+static resccl_result_t launch(Call *calls, int n) {
+  int dev = -1;
+  cudaGetDevice(&dev); /* shape() may select another */
+  char *done = calloc((size_t)n, 1);
+  int *first = malloc(sizeof(int) * (size_t)n), *order = malloc(sizeof(int) * (size_t)n);
+  if (!done || !first || !order) return free(done), free(first), free(order), rt_fail(resccl_system_error, "out of memory");
+  match(calls, n, first);
+  resccl_result_t rc = fall_back(calls, n, first);
   /* Everything is checked before anything is launched: a half-launched call
      would leave its kernels waiting for peers that never come (a CUDA error
      while queueing still can; the timeout then ends the kernels). */
-  resccl_result_t rc = resccl_success;
   for (int i = 0; i < n && rc == resccl_success; i++) {
     Call *c = &calls[i];
     Group *g = c->comm->g;
@@ -1146,8 +1212,10 @@ static resccl_result_t launch(Call *calls, int n) {
     for (int j = 0; j < n && rc == resccl_success; j++) {
       Call *o = &calls[j];
       if (first[j] != first[i]) continue;
-      if (o->count != c->count || o->dtype != c->dtype || o->op != c->op)
-        rc = rt_fail(resccl_invalid_usage, "%s: ranks of one call disagree on count, datatype or op", c->plan->coll);
+      if (o->v != c->v || o->count != c->count || o->dtype != c->dtype || o->op != c->op)
+        rc = rt_fail(resccl_invalid_usage, "%s: the ranks' collective number %llu differs in collective, count, "
+                     "datatype, op or placement (call collectives in the same order on every rank)", c->plan->coll,
+                     c->seq + 1);
       here += o->comm->d == c->comm->d;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
@@ -1164,14 +1232,14 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
-  int dev = -1;
-  cudaGetDevice(&dev);
+  for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
+  int nlead = launch_order(calls, n, first, order);
   char *lead = calloc((size_t)n, 1); /* the call whose stream carries its GPU's launch */
   /* Collective by collective: a plan's copy-engine form has one barrier
      count, one set of flags and one `start` event per GPU, so one call of it
      is queued whole (barrier, kernel, copies, barrier) before the next. */
-  for (int k = 0; k < n && rc == resccl_success; k++) {
-    if (first[k] != k) continue;
+  for (int t = 0; t < nlead && rc == resccl_success; t++) {
+    int k = order[t];
     for (int i = k; i < n && rc == resccl_success; i++) {
       if (done[i] || first[i] != k) continue;
       Call *c = &calls[i];
@@ -1247,7 +1315,7 @@ static resccl_result_t launch(Call *calls, int n) {
   }
   free(lead);
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(first), free(occ);
+  free(done), free(first), free(order);
   return rc;
 }
 
