@@ -48,7 +48,16 @@ static int apart; /* collective() calls the ranks in one group (0), one by one o
 /* Input element i of rank r: small integers, exact in float sums. */
 static float val(int r, size_t i) { return (float)((r * 7 + (int)(i % 13)) % 11) - 3; }
 
-/* Run `coll` with count elements per block on every rank, in one group, and compare. */
+/* Rank r's stream is done, with no error from its kernels; its GPU is current. */
+static void settle(int r, const char *what) {
+  cudaSetDevice(dev[r]);
+  cudaStreamSynchronize(st[r]);
+  resccl_result_t async;
+  resccl_comm_get_async_error(comm[r], &async);
+  CHECK(async == resccl_success, "%s: async error %s", what, resccl_get_error_string(async));
+}
+
+/* Run `coll` with count elements per block on every rank, grouped as `apart` says, and compare. */
 static void collective(const char *coll, size_t count, int inplace, int calls) {
   size_t in_n = count, out_n = count;
   if (!strcmp(coll, "allgather")) out_n = count * R;
@@ -101,11 +110,7 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
   }
   size_t wrong = 0;
   for (int r = 0; r < R; r++) {
-    cudaSetDevice(dev[r]);
-    cudaStreamSynchronize(st[r]);
-    resccl_result_t async;
-    resccl_comm_get_async_error(comm[r], &async);
-    CHECK(async == resccl_success, "%s: async error %s", coll, resccl_get_error_string(async));
+    settle(r, coll);
     const float *src = (inplace && !strcmp(coll, "reducescatter")) ? ibuf[r] + (size_t)r * count : obuf[r];
     size_t n = !strcmp(coll, "reducescatter") ? count : out_n;
     cudaMemcpy(host, src, sizeof(float) * n, cudaMemcpyDeviceToHost);
@@ -158,11 +163,7 @@ static void staggered(void) {
   CHECK(rc == resccl_success, "staggered groups: %s", resccl_get_last_error());
   size_t wrong = 0;
   for (int r = 0; r < R; r++) {
-    cudaSetDevice(dev[r]);
-    cudaStreamSynchronize(st[r]);
-    resccl_result_t async;
-    resccl_comm_get_async_error(comm[r], &async);
-    CHECK(async == resccl_success, "staggered groups: async error %s", resccl_get_error_string(async));
+    settle(r, "staggered groups");
     for (int x = 0; x < 2; x++) {
       cudaMemcpy(host, out[x][r], sizeof(float) * n[x] * R, cudaMemcpyDeviceToHost);
       for (size_t i = 0; i < n[x] * R; i++) wrong += host[i] != val((int)(i / n[x]), i % n[x]);
