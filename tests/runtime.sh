@@ -66,4 +66,6 @@ done
 "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks="$ranks" --pull --plan "$tmp/allreduce-pull.plan"
 "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --pull --plan "$tmp/reducescatter-pull.plan"
 "$bin" compile "$src/algorithms/allgather_ring.lua" ranks="$ranks" --pull --plan "$tmp/allgather-pull.plan"
+# A one-shot all-reduce as compiled by default: pushing, and pulling for mid sizes.
+"$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks="$ranks" --plan "$tmp/allreduce-allpairs.plan"
 RANKS=$ranks exec "$test" run "$tmp"

@@ -13,7 +13,8 @@
 ** allreduce-ce.plan, whose reductions wait for those copies; an all-to-all
 ** and an all-reduce of them captured and replayed too), bad arguments
 ** (error codes and messages), all-gathers called outside a group, in a group
-** per rank and in groups that hold ranks unevenly, and, with
+** per rank and in groups that hold ranks unevenly, a one-shot all-reduce
+** pulling in a group and pushing apart, and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
 */
@@ -438,6 +439,13 @@ int main(int argc, char **argv) {
     apart = 0;
     printf("allgather      outside a group, and a group per rank, from 8 KiB: ran the first form\n");
     staggered();
+    /* A one-shot all-reduce pulls from 1 MiB in a group of every rank; apart, it pushes through the
+       FIFOs (its first form, with scratch of its own). */
+    snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
+    CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s", path);
+    for (apart = 0; apart <= 2; apart++) collective("allreduce", 1 << 20, 0, 2);
+    apart = 0;
+    printf("allreduce      4 MiB pulling in one group, pushing outside a group and in a group per rank\n");
   }
   /* The plain all-reduce again (a ring: no pulling form): the checks below
      call ranks alone. */
