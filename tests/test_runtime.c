@@ -134,11 +134,12 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
 
 /* All-gathers grouped unevenly across ranks, as NCCL allows (a rank's k-th
    collective is every rank's k-th): rank 0's X alone, then the others' X
-   with rank 0's Y, then the others' Y. X is large enough for the copy-engine
-   form, which needs every rank in one group, so it runs the first form. */
+   with every rank's Y. Both are large enough for the copy-engine form, which
+   needs every rank in one group: X runs the first form, Y the copy engine's,
+   after X on every rank. */
 static void staggered(void) {
-  const size_t n[2] = {4099, 5};
-  float *in[2][MAXR], *out[2][MAXR], host[4099 * MAXR];
+  const size_t n[2] = {4099, 4099 * 2};
+  float *in[2][MAXR], *out[2][MAXR], *host = malloc(sizeof(float) * n[1] * MAXR);
   for (int x = 0; x < 2; x++)
     for (int r = 0; r < R; r++) {
       cudaSetDevice(dev[r]);
@@ -150,14 +151,14 @@ static void staggered(void) {
     }
   for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
   resccl_result_t rc = resccl_success;
-  for (int step = 0; step < 3; step++) { /* the groups: {0:X}, {1..:X, 0:Y}, {1..:Y} */
+  for (int step = 0; step < 2; step++) { /* the groups: {0:X}, {1..:X, all:Y} */
     resccl_group_start();
-    for (int r = 0; r < R; r++) {
-      int x = r == 0 ? step - 1 : step; /* rank 0 is a group ahead */
-      if (x < 0 || x > 1) continue;
-      resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n[x], resccl_float32, comm[r], (resccl_stream_t)st[r]);
-      rc = rc ? rc : e;
-    }
+    for (int x = 0; x < 2; x++)
+      for (int r = 0; r < R; r++) {
+        if (step == 0 ? x || r : !x && !r) continue;
+        resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n[x], resccl_float32, comm[r], (resccl_stream_t)st[r]);
+        rc = rc ? rc : e;
+      }
     resccl_result_t e = resccl_group_end();
     rc = rc ? rc : e;
   }
@@ -171,8 +172,9 @@ static void staggered(void) {
       cudaFree(in[x][r]), cudaFree(out[x][r]);
     }
   }
+  free(host);
   CHECK(wrong == 0, "staggered groups: %zu wrong", wrong);
-  printf("allgather      staggered groups (rank 0 a group ahead): %zu wrong\n", wrong);
+  printf("allgather      staggered groups (rank 0's first alone): %zu wrong\n", wrong);
 }
 
 /* Every GPU's stream is still capturing after `what`. */
@@ -304,6 +306,14 @@ static void bad_arguments(void) {
   rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, NULL, NULL);
   CHECK(rc == resccl_invalid_argument, "null communicator gave %d", rc);
   CHECK(resccl_group_end() == resccl_invalid_usage, "unmatched group end accepted");
+  if (R > 1) { /* ranks that disagree on a collective's count: refused with nothing launched, and the next match */
+    resccl_group_start();
+    for (int r = 0; r < R; r++) resccl_all_reduce(a, a + 32, r ? 16 : 8, resccl_float32, resccl_sum, comm[r], NULL);
+    rc = resccl_group_end();
+    CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "differs"), "disagreeing ranks gave %d", rc);
+    collective("allreduce", 4099, 0, 1);
+    cudaSetDevice(dev[0]);
+  }
   if (R > 1) { /* a rank alone outside a group is fine only when it has its GPU to itself */
     int shared = 0;
     for (int r = 1; r < R; r++) shared |= dev[r] == dev[0];
@@ -443,6 +453,11 @@ int main(int argc, char **argv) {
        FIFOs (its first form, with scratch of its own). */
     snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
     CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s", path);
+    int pulling = -1, pushing = -1;
+    resccl_call_blocks(comm[0], "allreduce", 4u << 20, &pulling);
+    resccl_call_blocks(comm[0], "allreduce", 256u << 10, &pushing);
+    CHECK(R != 2 || (pulling > 0 && pulling < pushing), "allreduce-allpairs blocks: %d pulling, %d pushing", pulling,
+          pushing);
     for (apart = 0; apart <= 2; apart++) collective("allreduce", 1 << 20, 0, 2);
     apart = 0;
     printf("allreduce      4 MiB pulling in one group, pushing outside a group and in a group per rank\n");

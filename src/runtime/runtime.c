@@ -849,15 +849,6 @@ static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
 }
 
-/* Where a collective's group holds only some of its ranks (called outside a
-   group, or in groups of their own), it runs its plan's first form in place
-   of form v when v needs every rank's buffers (copy-engine copies, pulls)
-   and the first does not; its other ranks, called likewise, do the same. */
-static Variant *apart_form(const RtPlan *p, Variant *v) {
-  Variant *f0 = p->v[v->inplace][0];
-  return (v->nce || v->pulls) && f0 && !f0->nce && !f0->pulls ? f0 : v;
-}
-
 resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t bytes, int *blocks) {
   if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
   *blocks = 0;
@@ -964,8 +955,9 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cuda
   return resccl_success;
 }
 
-/* What call c needs of its form c->v: a count its chunks split where the
-   form needs that, micro-batches, slices, counters and scratch. */
+/* What call c needs of the form it runs, c->v (launch(): after a collective
+   called apart fell back to the first form): a count its chunks split where
+   the form needs that, micro-batches, slices, counters and scratch. */
 static resccl_result_t shape(Call *c) {
   Variant *v = c->v;
   const RtPlan *p = c->plan;
@@ -1016,9 +1008,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
   Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
-  if (group.depth == 0 && comm->g->n > 1) v = apart_form(p, v); /* not shaped for a form that cannot run */
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0, 0};
-  TRY(shape(&c));
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
     Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
@@ -1154,41 +1144,49 @@ static void match(Call *calls, int n, int *first) {
   }
 }
 
-static resccl_result_t fall_back(Call *calls, int n, const int *first) {
+/* Where a collective's group holds only some of its ranks (called outside a
+   group, or in groups of their own), it runs its plan's first form in place
+   of one that needs every rank's buffers (copy-engine copies, pulls) where
+   the first does not; its other ranks, called likewise, do the same. */
+static void fall_back(Call *calls, int n, const int *first) {
   for (int k = 0; k < n; k++) {
-    Variant *v = calls[k].v, *f = apart_form(calls[k].plan, v);
-    if (first[k] != k || f == v) continue;
+    Variant *v = calls[k].v, *f = calls[k].plan->v[v->inplace][0];
+    if (first[k] != k || !(v->nce || v->pulls) || !f || f->nce || f->pulls) continue;
     int all = 0;
     for (int j = k; j < n; j++) all += first[j] == k;
     if (all == v->nranks) continue;
     INFO("%s: %d of plan %s's %d ranks called together: its first form runs", calls[k].plan->coll, all,
          calls[k].plan->name, v->nranks);
     for (int j = k; j < n; j++)
-      if (first[j] == k && calls[j].v == v) {
-        calls[j].v = f;
-        TRY(shape(&calls[j]));
-      }
+      if (first[j] == k && calls[j].v == v) calls[j].v = f;
   }
-  return resccl_success;
 }
 
-/* The order collectives launch in: by communicator group (the queue's
-   order of their first calls), then by number, so that every rank's go in
-   its own order. */
-static int launch_order(const Call *calls, int n, const int *first, int *order) {
+/* The order collectives launch in: the first ready one in the queue's
+   order, ready once every call queued before its calls on the same rank or
+   the same stream has launched. So every rank's collectives go in its own
+   order, and a stream's in the caller's (with communicators grouped
+   unevenly, first-in-queue could reorder a stream's calls and deadlock two
+   GPUs). Calls in no order at all (a caller's mistake) go as queued.
+   `ready` holds n chars. */
+static int launch_order(const Call *calls, int n, const int *first, int *order, char *ready) {
   int m = 0;
-  for (int k = 0; k < n; k++) {
-    if (first[k] != k) continue;
-    int gk = 0, at = m++;
-    while (calls[gk].comm->g != calls[k].comm->g) gk++;
-    for (; at > 0; at--) {
-      const Call *o = &calls[order[at - 1]];
-      int go = 0;
-      while (calls[go].comm->g != o->comm->g) go++;
-      if (go < gk || (go == gk && o->seq < calls[k].seq)) break;
-      order[at] = order[at - 1];
+  memset(ready, 0, (size_t)n);
+  while (m < n) {
+    int pick = -1, any = -1;
+    for (int k = 0; k < n && pick < 0; k++) {
+      if (first[k] != k || ready[k]) continue;
+      any = any < 0 ? k : any;
+      int ok = 1;
+      for (int j = k; j < n && ok; j++)
+        for (int i = 0; i < j && ok && first[j] == k; i++)
+          ok = ready[first[i]] || first[i] == k ||
+               (calls[i].comm != calls[j].comm && calls[i].stream != calls[j].stream);
+      if (ok) pick = k;
     }
-    order[at] = k;
+    if (pick < 0) pick = any;
+    if (pick < 0) break;
+    ready[pick] = 1, order[m++] = pick;
   }
   return m;
 }
@@ -1197,11 +1195,15 @@ static int launch_order(const Call *calls, int n, const int *first, int *order) 
 static resccl_result_t launch(Call *calls, int n) {
   int dev = -1;
   cudaGetDevice(&dev); /* shape() may select another */
-  char *done = calloc((size_t)n, 1);
+  /* lead[i]: calls[i]'s stream carries its GPU's launch of the collective */
+  char *done = calloc((size_t)n, 1), *lead = calloc((size_t)n, 1), *ready = malloc((size_t)n);
   int *first = malloc(sizeof(int) * (size_t)n), *order = malloc(sizeof(int) * (size_t)n);
-  if (!done || !first || !order) return free(done), free(first), free(order), rt_fail(resccl_system_error, "out of memory");
+  if (!done || !lead || !ready || !first || !order)
+    return free(done), free(lead), free(ready), free(first), free(order), rt_fail(resccl_system_error, "out of memory");
   match(calls, n, first);
-  resccl_result_t rc = fall_back(calls, n, first);
+  fall_back(calls, n, first);
+  resccl_result_t rc = resccl_success;
+  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
   /* Everything is checked before anything is launched: a half-launched call
      would leave its kernels waiting for peers that never come (a CUDA error
      while queueing still can; the timeout then ends the kernels). */
@@ -1233,8 +1235,7 @@ static resccl_result_t launch(Call *calls, int n) {
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
-  int nlead = launch_order(calls, n, first, order);
-  char *lead = calloc((size_t)n, 1); /* the call whose stream carries its GPU's launch */
+  int nlead = launch_order(calls, n, first, order, ready);
   /* Collective by collective: a plan's copy-engine form has one barrier
      count, one set of flags and one `start` event per GPU, so one call of it
      is queued whole (barrier, kernel, copies, barrier) before the next. */
@@ -1313,9 +1314,8 @@ static resccl_result_t launch(Call *calls, int n) {
                      cudaGetErrorString(ce));
     }
   }
-  free(lead);
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(first), free(order);
+  free(done), free(lead), free(ready), free(first), free(order);
   return rc;
 }
 
