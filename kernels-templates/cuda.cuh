@@ -64,7 +64,7 @@ __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
    consistent fence that __threadfence_system() is, which costs more
    (BENCHMARKS.md). A wait where reads of another GPU's data follow polls
    with an acquiring load: LDG.STRONG.SYS and an L1 invalidation, where the
-   fence after a plain poll is a MEMBAR.ALL.SYS too (0.7 us a call). */
+   fence after a plain poll is a MEMBAR.ALL.SYS too (up to 0.7 us a call). */
 __device__ static inline void rx_fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 __device__ static inline void rx_fence_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 __device__ static inline unsigned rx_ld_acquire(const unsigned *p) {
@@ -528,7 +528,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
    its own. No fence before: the block did nothing yet, and what a peer may
    then read was written, and what it may write over was read, before this
    kernel began (stream order performs a kernel's memory operations before
-   the next starts); a fence here cost 0.75 us a call (BENCHMARKS.md). */
+   the next starts); a fence here took 1500 cycles of the start (BENCHMARKS.md). */
 __device__ static inline void rx_started(RxCtx *x) {
   for (int p = (int)threadIdx.x; p < x->a->nranks; p += 32) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }

@@ -1128,9 +1128,9 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   return resccl_success;
 }
 
-/* Ranks' calls are matched as NCCL matches them: a rank's k-th collective
-   is every rank's k-th (counted from init, and on through this queue).
-   first[i]: the queue's first call of calls[i]'s collective. */
+/* Ranks' calls are matched by their order, as in NCCL: a rank's k-th
+   collective launched (those before the queue, then the queue's) is every
+   rank's k-th. first[i]: the queue's first call of calls[i]'s collective. */
 static void match(Call *calls, int n, int *first) {
   for (int i = 0; i < n; i++) {
     calls[i].seq = calls[i].comm->calls;
