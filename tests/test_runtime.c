@@ -13,7 +13,8 @@
 ** allreduce-ce.plan, whose reductions wait for those copies; an all-to-all
 ** and an all-reduce of them captured and replayed too), bad arguments
 ** (error codes and messages), all-gathers called outside a group, in a group
-** per rank and in groups that hold ranks unevenly, a one-shot all-reduce
+** per rank and in groups that hold ranks unevenly (also across two
+** communicator groups on shared streams), a one-shot all-reduce
 ** pulling in a group and pushing apart, and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
@@ -175,6 +176,58 @@ static void staggered(void) {
   free(host);
   CHECK(wrong == 0, "staggered groups: %zu wrong", wrong);
   printf("allgather      staggered groups (rank 0's first alone): %zu wrong\n", wrong);
+}
+
+/* Two communicator groups over the same GPUs and streams, grouped unevenly:
+   all-gathers A and B on comm, C on a second group, called {0:A, 0:C, 0:B},
+   {1..:A}, {1..:C, 1..:B}. Every rank's stream gets A, C, B in that order;
+   launched in another, two GPUs would wait for each other (until the
+   timeout). */
+static void two_groups(const char *plan) {
+  resccl_comm_t other[MAXR];
+  CHECK(resccl_comm_init_all(other, R, dev) == resccl_success, "a second group: init");
+  CHECK(resccl_plan_load(other[0], plan) == resccl_success, "a second group: load %s", plan);
+  const size_t n = 5;
+  float *in[3][MAXR], *out[3][MAXR], host[5 * MAXR];
+  for (int x = 0; x < 3; x++)
+    for (int r = 0; r < R; r++) {
+      cudaSetDevice(dev[r]);
+      cudaMalloc((void **)&in[x][r], sizeof(float) * n);
+      cudaMalloc((void **)&out[x][r], sizeof(float) * n * R);
+      cudaMemset(out[x][r], 0xff, sizeof(float) * n * R); /* poison: NaN */
+      for (size_t i = 0; i < n; i++) host[i] = val(r + x, i);
+      cudaMemcpy(in[x][r], host, sizeof(float) * n, cudaMemcpyHostToDevice);
+    }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
+  resccl_result_t rc = resccl_success;
+  for (int step = 0; step < 3; step++) {
+    resccl_group_start();
+    for (int x = 0; x < 3; x++) /* A, C, B: rank 0's in step 0, the others' A in step 1, C and B in step 2 */
+      for (int r = 0; r < R; r++) {
+        if (r ? step != (x ? 2 : 1) : step) continue;
+        resccl_comm_t c = x == 1 ? other[r] : comm[r];
+        resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n, resccl_float32, c, (resccl_stream_t)st[r]);
+        rc = rc ? rc : e;
+      }
+    resccl_result_t e = resccl_group_end();
+    rc = rc ? rc : e;
+  }
+  CHECK(rc == resccl_success, "two groups: %s", resccl_get_last_error());
+  size_t wrong = 0;
+  for (int r = 0; r < R; r++) {
+    settle(r, "two groups");
+    resccl_result_t async;
+    resccl_comm_get_async_error(other[r], &async);
+    CHECK(async == resccl_success, "two groups: the second's async error %s", resccl_get_error_string(async));
+    for (int x = 0; x < 3; x++) {
+      cudaMemcpy(host, out[x][r], sizeof(float) * n * R, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n * R; i++) wrong += host[i] != val((int)(i / n) + x, i % n);
+      cudaFree(in[x][r]), cudaFree(out[x][r]);
+    }
+  }
+  for (int r = 0; r < R; r++) resccl_comm_destroy(other[r]);
+  CHECK(wrong == 0, "two groups: %zu wrong", wrong);
+  printf("allgather      two communicator groups on shared streams, grouped unevenly: %zu wrong\n", wrong);
 }
 
 /* Every GPU's stream is still capturing after `what`. */
@@ -449,6 +502,7 @@ int main(int argc, char **argv) {
     apart = 0;
     printf("allgather      outside a group, and a group per rank, from 8 KiB: ran the first form\n");
     staggered();
+    two_groups(path);
     /* A one-shot all-reduce pulls from 1 MiB in a group of every rank; apart, it pushes through the
        FIFOs (its first form, with scratch of its own). */
     snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
