@@ -1163,14 +1163,25 @@ static void fall_back(Call *calls, int n, const int *first) {
 }
 
 /* The order collectives launch in: the first ready one in the queue's
-   order, ready once every call queued before its calls on the same rank or
-   the same stream has launched. So every rank's collectives go in its own
+   order, ready once the calls queued before its calls on the same rank or
+   the same stream have launched. So every rank's collectives go in its own
    order, and a stream's in the caller's (with communicators grouped
    unevenly, first-in-queue could reorder a stream's calls and deadlock two
-   GPUs). Calls in no order at all (a caller's mistake) go as queued.
-   `ready` holds n chars. */
-static int launch_order(const Call *calls, int n, const int *first, int *order, char *ready) {
-  int m = 0;
+   GPUs). Calls in no order at all (a caller's mistake) go as queued. `at`
+   holds 3n ints: for each call the one queued last before it on its rank
+   and on its stream (their own predecessors come first anyway), and the
+   next call of its collective. */
+static int launch_order(const Call *calls, int n, const int *first, int *order, char *ready, int *at) {
+  int *on_rank = at, *on_stream = at + n, *next = at + 2 * n, m = 0;
+  for (int j = n - 1; j >= 0; j--) {
+    on_rank[j] = on_stream[j] = next[j] = -1;
+    for (int i = j - 1; i >= 0 && (on_rank[j] < 0 || on_stream[j] < 0); i--) {
+      if (on_rank[j] < 0 && calls[i].comm == calls[j].comm) on_rank[j] = i;
+      if (on_stream[j] < 0 && calls[i].stream == calls[j].stream) on_stream[j] = i;
+    }
+    for (int i = j + 1; i < n && next[j] < 0; i++)
+      if (first[i] == first[j]) next[j] = i;
+  }
   memset(ready, 0, (size_t)n);
   while (m < n) {
     int pick = -1, any = -1;
@@ -1178,10 +1189,11 @@ static int launch_order(const Call *calls, int n, const int *first, int *order, 
       if (first[k] != k || ready[k]) continue;
       any = any < 0 ? k : any;
       int ok = 1;
-      for (int j = k; j < n && ok; j++)
-        for (int i = 0; i < j && ok && first[j] == k; i++)
-          ok = ready[first[i]] || first[i] == k ||
-               (calls[i].comm != calls[j].comm && calls[i].stream != calls[j].stream);
+      for (int j = k; j >= 0 && ok; j = next[j])
+        for (int e = 0; e < 2 && ok; e++) {
+          int i = e ? on_stream[j] : on_rank[j];
+          ok = i < 0 || ready[first[i]] || first[i] == k;
+        }
       if (ok) pick = k;
     }
     if (pick < 0) pick = any;
@@ -1197,9 +1209,9 @@ static resccl_result_t launch(Call *calls, int n) {
   cudaGetDevice(&dev); /* shape() may select another */
   /* lead[i]: calls[i]'s stream carries its GPU's launch of the collective */
   char *done = calloc((size_t)n, 1), *lead = calloc((size_t)n, 1), *ready = malloc((size_t)n);
-  int *first = malloc(sizeof(int) * (size_t)n), *order = malloc(sizeof(int) * (size_t)n);
-  if (!done || !lead || !ready || !first || !order)
-    return free(done), free(lead), free(ready), free(first), free(order), rt_fail(resccl_system_error, "out of memory");
+  int *first = malloc(sizeof(int) * 5 * (size_t)n), *order = first + n;
+  if (!done || !lead || !ready || !first)
+    return free(done), free(lead), free(ready), free(first), rt_fail(resccl_system_error, "out of memory");
   match(calls, n, first);
   fall_back(calls, n, first);
   resccl_result_t rc = resccl_success;
@@ -1235,7 +1247,7 @@ static resccl_result_t launch(Call *calls, int n) {
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
-  int nlead = launch_order(calls, n, first, order, ready);
+  int nlead = launch_order(calls, n, first, order, ready, first + 2 * n);
   /* Collective by collective: a plan's copy-engine form has one barrier
      count, one set of flags and one `start` event per GPU, so one call of it
      is queued whole (barrier, kernel, copies, barrier) before the next. */
@@ -1315,7 +1327,7 @@ static resccl_result_t launch(Call *calls, int n) {
     }
   }
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(lead), free(ready), free(first), free(order);
+  free(done), free(lead), free(ready), free(first);
   return rc;
 }
 
