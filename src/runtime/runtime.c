@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "group.h"
 #include "runtime.h"
 #include "../../kernels-templates/cuda_abi.h"
 #include "../../kernels-templates/tile.h"
@@ -889,7 +890,6 @@ struct Call {
   int nmicro, dtype, op;
   cudaStream_t stream;
   int nslice, turns;
-  unsigned long long seq; /* the rank's collectives before this one (launch()) */
 };
 
 static resccl_result_t launch(Call *calls, int n);
@@ -1008,7 +1008,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
   Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
-  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0, 0};
+  Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
     Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
@@ -1128,22 +1128,6 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   return resccl_success;
 }
 
-/* Ranks' calls are matched by their order, as in NCCL: a rank's k-th
-   collective launched (those before the queue, then the queue's) is every
-   rank's k-th. first[i]: the queue's first call of calls[i]'s collective. */
-static void match(Call *calls, int n, int *first) {
-  for (int i = 0; i < n; i++) {
-    calls[i].seq = calls[i].comm->calls;
-    for (int j = 0; j < i; j++) calls[i].seq += calls[j].comm == calls[i].comm;
-    first[i] = i;
-    for (int j = 0; j < i; j++)
-      if (calls[j].comm->g == calls[i].comm->g && calls[j].seq == calls[i].seq) {
-        first[i] = j;
-        break;
-      }
-  }
-}
-
 /* Where a collective's group holds only some of its ranks (called outside a
    group, or in groups of their own), it runs its plan's first form in place
    of one that needs every rank's buffers (copy-engine copies, pulls) where
@@ -1162,47 +1146,6 @@ static void fall_back(Call *calls, int n, const int *first) {
   }
 }
 
-/* The order collectives launch in: the first ready one in the queue's
-   order, ready once the calls queued before its calls on the same rank or
-   the same stream have launched. So every rank's collectives go in its own
-   order, and a stream's in the caller's (with communicators grouped
-   unevenly, first-in-queue could reorder a stream's calls and deadlock two
-   GPUs). Calls in no order at all (a caller's mistake) go as queued. `at`
-   holds 3n ints: for each call the one queued last before it on its rank
-   and on its stream (their own predecessors come first anyway), and the
-   next call of its collective. */
-static int launch_order(const Call *calls, int n, const int *first, int *order, char *ready, int *at) {
-  int *on_rank = at, *on_stream = at + n, *next = at + 2 * n, m = 0;
-  for (int j = n - 1; j >= 0; j--) {
-    on_rank[j] = on_stream[j] = next[j] = -1;
-    for (int i = j - 1; i >= 0 && (on_rank[j] < 0 || on_stream[j] < 0); i--) {
-      if (on_rank[j] < 0 && calls[i].comm == calls[j].comm) on_rank[j] = i;
-      if (on_stream[j] < 0 && calls[i].stream == calls[j].stream) on_stream[j] = i;
-    }
-    for (int i = j + 1; i < n && next[j] < 0; i++)
-      if (first[i] == first[j]) next[j] = i;
-  }
-  memset(ready, 0, (size_t)n);
-  while (m < n) {
-    int pick = -1, any = -1;
-    for (int k = 0; k < n && pick < 0; k++) {
-      if (first[k] != k || ready[k]) continue;
-      any = any < 0 ? k : any;
-      int ok = 1;
-      for (int j = k; j >= 0 && ok; j = next[j])
-        for (int e = 0; e < 2 && ok; e++) {
-          int i = e ? on_stream[j] : on_rank[j];
-          ok = i < 0 || ready[first[i]] || first[i] == k;
-        }
-      if (ok) pick = k;
-    }
-    if (pick < 0) pick = any;
-    if (pick < 0) break;
-    ready[pick] = 1, order[m++] = pick;
-  }
-  return m;
-}
-
 /* One kernel per (variant, GPU), holding every rank of that GPU. */
 static resccl_result_t launch(Call *calls, int n) {
   int dev = -1;
@@ -1210,9 +1153,13 @@ static resccl_result_t launch(Call *calls, int n) {
   /* lead[i]: calls[i]'s stream carries its GPU's launch of the collective */
   char *done = calloc((size_t)n, 1), *lead = calloc((size_t)n, 1), *ready = malloc((size_t)n);
   int *first = malloc(sizeof(int) * 5 * (size_t)n), *order = first + n;
-  if (!done || !lead || !ready || !first)
-    return free(done), free(lead), free(ready), free(first), rt_fail(resccl_system_error, "out of memory");
-  match(calls, n, first);
+  unsigned long long *seq = malloc(sizeof *seq * (size_t)n);
+  GqCall *q = malloc(sizeof *q * (size_t)n);
+  if (!done || !lead || !ready || !first || !seq || !q)
+    return free(done), free(lead), free(ready), free(first), free(seq), free(q),
+           rt_fail(resccl_system_error, "out of memory");
+  for (int i = 0; i < n; i++) q[i] = (GqCall){calls[i].comm, calls[i].comm->g, calls[i].stream, calls[i].comm->calls};
+  gq_match(q, n, seq, first);
   fall_back(calls, n, first);
   resccl_result_t rc = resccl_success;
   for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
@@ -1229,7 +1176,7 @@ static resccl_result_t launch(Call *calls, int n) {
       if (o->v != c->v || o->count != c->count || o->dtype != c->dtype || o->op != c->op)
         rc = rt_fail(resccl_invalid_usage, "%s: the ranks' collective number %llu differs in collective, count, "
                      "datatype, op or placement (call collectives in the same order on every rank)", c->plan->coll,
-                     c->seq + 1);
+                     seq[i] + 1);
       here += o->comm->d == c->comm->d;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
@@ -1247,7 +1194,7 @@ static resccl_result_t launch(Call *calls, int n) {
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
-  int nlead = launch_order(calls, n, first, order, ready, first + 2 * n);
+  int nlead = gq_order(q, n, first, order, ready, first + 2 * n);
   /* Collective by collective: a plan's copy-engine form has one barrier
      count, one set of flags and one `start` event per GPU, so one call of it
      is queued whole (barrier, kernel, copies, barrier) before the next. */
@@ -1327,7 +1274,7 @@ static resccl_result_t launch(Call *calls, int n) {
     }
   }
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(lead), free(ready), free(first);
+  free(done), free(lead), free(ready), free(first), free(seq), free(q);
   return rc;
 }
 

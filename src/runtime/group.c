@@ -1,0 +1,61 @@
+/*
+** group.c — matching a group's queued calls across ranks, and the order
+** their collectives launch in (group.h).
+*/
+#include <string.h>
+
+#include "group.h"
+
+void gq_match(const GqCall *c, int n, unsigned long long *seq, int *first) {
+  for (int i = 0; i < n; i++) {
+    seq[i] = c[i].before;
+    for (int j = 0; j < i; j++) seq[i] += c[j].rank == c[i].rank;
+    first[i] = i;
+    for (int j = 0; j < i; j++)
+      if (c[j].comms == c[i].comms && seq[j] == seq[i]) {
+        first[i] = j;
+        break;
+      }
+  }
+}
+
+/* The first ready collective in the queue's order goes next; it is ready
+   once the call queued last before each of its calls, on that call's rank
+   and on its stream, has launched (their own predecessors came first). So
+   every rank's collectives go in its own order, and a stream's in the
+   caller's: with communicator groups grouped unevenly, launching in the
+   queue's order of first calls could reorder a stream's calls and leave two
+   GPUs waiting for each other. Calls in no order at all (a caller's
+   mistake) go as queued. */
+int gq_order(const GqCall *c, int n, const int *first, int *order, char *ready, int *at) {
+  int *on_rank = at, *on_stream = at + n, *next = at + 2 * n, m = 0; /* next: the collective's next call */
+  if (n <= 0) return 0;
+  for (int j = n - 1; j >= 0; j--) {
+    on_rank[j] = on_stream[j] = next[j] = -1;
+    for (int i = j - 1; i >= 0 && (on_rank[j] < 0 || on_stream[j] < 0); i--) {
+      if (on_rank[j] < 0 && c[i].rank == c[j].rank) on_rank[j] = i;
+      if (on_stream[j] < 0 && c[i].stream == c[j].stream) on_stream[j] = i;
+    }
+    for (int i = j + 1; i < n && next[j] < 0; i++)
+      if (first[i] == first[j]) next[j] = i;
+  }
+  memset(ready, 0, (size_t)n);
+  while (m < n) {
+    int pick = -1, any = -1;
+    for (int k = 0; k < n && pick < 0; k++) {
+      if (first[k] != k || ready[k]) continue;
+      any = any < 0 ? k : any;
+      int ok = 1;
+      for (int j = k; j >= 0 && ok; j = next[j])
+        for (int e = 0; e < 2 && ok; e++) {
+          int i = e ? on_stream[j] : on_rank[j];
+          ok = i < 0 || ready[first[i]] || first[i] == k;
+        }
+      if (ok) pick = k;
+    }
+    if (pick < 0) pick = any;
+    if (pick < 0) break;
+    ready[pick] = 1, order[m++] = pick;
+  }
+  return m;
+}
