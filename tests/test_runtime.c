@@ -133,31 +133,58 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
   free(host);
 }
 
+/* All-gathers x < nx of n[x] elements per rank: rank r's input element i
+   is val(r + x, i), its outputs poisoned. */
+typedef struct {
+  int nx;
+  size_t n[3];
+  float *in[3][MAXR], *out[3][MAXR];
+} Gathers;
+
+static void gathers_make(Gathers *g) {
+  for (int x = 0; x < g->nx; x++)
+    for (int r = 0; r < R; r++) {
+      float *host = malloc(sizeof(float) * g->n[x]);
+      for (size_t i = 0; i < g->n[x]; i++) host[i] = val(r + x, i);
+      cudaSetDevice(dev[r]);
+      cudaMalloc((void **)&g->in[x][r], sizeof(float) * g->n[x]);
+      cudaMalloc((void **)&g->out[x][r], sizeof(float) * g->n[x] * R);
+      cudaMemset(g->out[x][r], 0xff, sizeof(float) * g->n[x] * R); /* poison: NaN */
+      cudaMemcpy(g->in[x][r], host, sizeof(float) * g->n[x], cudaMemcpyHostToDevice);
+      free(host);
+    }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize(); /* before the non-blocking streams */
+}
+
+/* Rank r's wrong output elements, once its stream is done (`what` fails on an error); its buffers go. */
+static size_t gathers_wrong(Gathers *g, int r, const char *what) {
+  size_t wrong = 0;
+  settle(r, what);
+  for (int x = 0; x < g->nx; x++) {
+    float *host = malloc(sizeof(float) * g->n[x] * R);
+    cudaMemcpy(host, g->out[x][r], sizeof(float) * g->n[x] * R, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < g->n[x] * R; i++) wrong += host[i] != val((int)(i / g->n[x]) + x, i % g->n[x]);
+    cudaFree(g->in[x][r]), cudaFree(g->out[x][r]), free(host);
+  }
+  return wrong;
+}
+
 /* All-gathers grouped unevenly across ranks, as NCCL allows (a rank's k-th
    collective is every rank's k-th): rank 0's X alone, then the others' X
    with every rank's Y. Both are large enough for the copy-engine form, which
    needs every rank in one group: X runs the first form, Y the copy engine's,
    after X on every rank. */
 static void staggered(void) {
-  const size_t n[2] = {4099, 4099 * 2};
-  float *in[2][MAXR], *out[2][MAXR], *host = malloc(sizeof(float) * n[1] * MAXR);
-  for (int x = 0; x < 2; x++)
-    for (int r = 0; r < R; r++) {
-      cudaSetDevice(dev[r]);
-      cudaMalloc((void **)&in[x][r], sizeof(float) * n[x]);
-      cudaMalloc((void **)&out[x][r], sizeof(float) * n[x] * R);
-      cudaMemset(out[x][r], 0xff, sizeof(float) * n[x] * R); /* poison: NaN */
-      for (size_t i = 0; i < n[x]; i++) host[i] = val(r, i);
-      cudaMemcpy(in[x][r], host, sizeof(float) * n[x], cudaMemcpyHostToDevice);
-    }
-  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
+  Gathers g = {2, {4099, 4099 * 2}, {{0}}, {{0}}};
+  gathers_make(&g);
   resccl_result_t rc = resccl_success;
   for (int step = 0; step < 2; step++) { /* the groups: {0:X}, {1..:X, all:Y} */
     resccl_group_start();
     for (int x = 0; x < 2; x++)
       for (int r = 0; r < R; r++) {
         if (step == 0 ? x || r : !x && !r) continue;
-        resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n[x], resccl_float32, comm[r], (resccl_stream_t)st[r]);
+        resccl_result_t e =
+            resccl_all_gather(g.in[x][r], g.out[x][r], g.n[x], resccl_float32, comm[r], (resccl_stream_t)st[r]);
         rc = rc ? rc : e;
       }
     resccl_result_t e = resccl_group_end();
@@ -165,15 +192,7 @@ static void staggered(void) {
   }
   CHECK(rc == resccl_success, "staggered groups: %s", resccl_get_last_error());
   size_t wrong = 0;
-  for (int r = 0; r < R; r++) {
-    settle(r, "staggered groups");
-    for (int x = 0; x < 2; x++) {
-      cudaMemcpy(host, out[x][r], sizeof(float) * n[x] * R, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < n[x] * R; i++) wrong += host[i] != val((int)(i / n[x]), i % n[x]);
-      cudaFree(in[x][r]), cudaFree(out[x][r]);
-    }
-  }
-  free(host);
+  for (int r = 0; r < R; r++) wrong += gathers_wrong(&g, r, "staggered groups");
   CHECK(wrong == 0, "staggered groups: %zu wrong", wrong);
   printf("allgather      staggered groups (rank 0's first alone): %zu wrong\n", wrong);
 }
@@ -187,18 +206,8 @@ static void two_groups(const char *plan) {
   resccl_comm_t other[MAXR];
   CHECK(resccl_comm_init_all(other, R, dev) == resccl_success, "a second group: init");
   CHECK(resccl_plan_load(other[0], plan) == resccl_success, "a second group: load %s", plan);
-  const size_t n = 5;
-  float *in[3][MAXR], *out[3][MAXR], host[5 * MAXR];
-  for (int x = 0; x < 3; x++)
-    for (int r = 0; r < R; r++) {
-      cudaSetDevice(dev[r]);
-      cudaMalloc((void **)&in[x][r], sizeof(float) * n);
-      cudaMalloc((void **)&out[x][r], sizeof(float) * n * R);
-      cudaMemset(out[x][r], 0xff, sizeof(float) * n * R); /* poison: NaN */
-      for (size_t i = 0; i < n; i++) host[i] = val(r + x, i);
-      cudaMemcpy(in[x][r], host, sizeof(float) * n, cudaMemcpyHostToDevice);
-    }
-  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
+  Gathers g = {3, {5, 5, 5}, {{0}}, {{0}}};
+  gathers_make(&g);
   resccl_result_t rc = resccl_success;
   for (int step = 0; step < 3; step++) {
     resccl_group_start();
@@ -206,7 +215,8 @@ static void two_groups(const char *plan) {
       for (int r = 0; r < R; r++) {
         if (r ? step != (x ? 2 : 1) : step) continue;
         resccl_comm_t c = x == 1 ? other[r] : comm[r];
-        resccl_result_t e = resccl_all_gather(in[x][r], out[x][r], n, resccl_float32, c, (resccl_stream_t)st[r]);
+        resccl_result_t e =
+            resccl_all_gather(g.in[x][r], g.out[x][r], g.n[x], resccl_float32, c, (resccl_stream_t)st[r]);
         rc = rc ? rc : e;
       }
     resccl_result_t e = resccl_group_end();
@@ -215,15 +225,10 @@ static void two_groups(const char *plan) {
   CHECK(rc == resccl_success, "two groups: %s", resccl_get_last_error());
   size_t wrong = 0;
   for (int r = 0; r < R; r++) {
-    settle(r, "two groups");
+    wrong += gathers_wrong(&g, r, "two groups");
     resccl_result_t async;
     resccl_comm_get_async_error(other[r], &async);
     CHECK(async == resccl_success, "two groups: the second's async error %s", resccl_get_error_string(async));
-    for (int x = 0; x < 3; x++) {
-      cudaMemcpy(host, out[x][r], sizeof(float) * n * R, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < n * R; i++) wrong += host[i] != val((int)(i / n) + x, i % n);
-      cudaFree(in[x][r]), cudaFree(out[x][r]);
-    }
   }
   for (int r = 0; r < R; r++) resccl_comm_destroy(other[r]);
   CHECK(wrong == 0, "two groups: %zu wrong", wrong);
