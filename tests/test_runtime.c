@@ -204,11 +204,17 @@ static void staggered(void) {
    timeout). */
 static void two_groups(const char *plan) {
   resccl_comm_t other[MAXR];
-  CHECK(resccl_comm_init_all(other, R, dev) == resccl_success, "a second group: init");
-  CHECK(resccl_plan_load(other[0], plan) == resccl_success, "a second group: load %s", plan);
+  resccl_result_t rc = resccl_comm_init_all(other, R, dev);
+  CHECK(rc == resccl_success, "a second group: init");
+  if (rc) return;
+  rc = resccl_plan_load(other[0], plan);
+  CHECK(rc == resccl_success, "a second group: load %s", plan);
+  if (rc) {
+    for (int r = 0; r < R; r++) resccl_comm_destroy(other[r]);
+    return;
+  }
   Gathers g = {3, {5, 5, 5}, {{0}}, {{0}}};
   gathers_make(&g);
-  resccl_result_t rc = resccl_success;
   for (int step = 0; step < 3; step++) {
     resccl_group_start();
     for (int x = 0; x < 3; x++) /* A, C, B: rank 0's in step 0, the others' A in step 1, C and B in step 2 */

@@ -25,8 +25,10 @@ void gq_match(const GqCall *c, int n, unsigned long long *seq, int *first) {
    every rank's collectives go in its own order, and a stream's in the
    caller's: with communicator groups grouped unevenly, launching in the
    queue's order of first calls could reorder a stream's calls and leave two
-   GPUs waiting for each other. Calls in no order at all (a caller's
-   mistake) go as queued. */
+   GPUs waiting for each other. Where the streams' orders and the ranks'
+   conflict (virtual ranks queued rank by rank on one stream, or a caller's
+   mistake), the first collective whose ranks' orders allow it goes: those
+   never conflict with each other. */
 int gq_order(const GqCall *c, int n, const int *first, int *order, char *ready, int *at) {
   int *on_rank = at, *on_stream = at + n, *next = at + 2 * n, m = 0; /* next: the collective's next call */
   if (n <= 0) return 0;
@@ -34,26 +36,27 @@ int gq_order(const GqCall *c, int n, const int *first, int *order, char *ready, 
     on_rank[j] = on_stream[j] = next[j] = -1;
     for (int i = j - 1; i >= 0 && (on_rank[j] < 0 || on_stream[j] < 0); i--) {
       if (on_rank[j] < 0 && c[i].rank == c[j].rank) on_rank[j] = i;
-      if (on_stream[j] < 0 && c[i].stream == c[j].stream) on_stream[j] = i;
+      if (on_stream[j] < 0 && c[i].stream == c[j].stream && c[i].dev == c[j].dev) on_stream[j] = i;
     }
     for (int i = j + 1; i < n && next[j] < 0; i++)
       if (first[i] == first[j]) next[j] = i;
   }
   memset(ready, 0, (size_t)n);
   while (m < n) {
-    int pick = -1, any = -1;
+    int pick = -1, ranks_allow = -1, any = -1;
     for (int k = 0; k < n && pick < 0; k++) {
       if (first[k] != k || ready[k]) continue;
       any = any < 0 ? k : any;
-      int ok = 1;
-      for (int j = k; j >= 0 && ok; j = next[j])
-        for (int e = 0; e < 2 && ok; e++) {
+      int ok[2] = {1, 1}; /* on ranks, on streams */
+      for (int j = k; j >= 0; j = next[j])
+        for (int e = 0; e < 2; e++) {
           int i = e ? on_stream[j] : on_rank[j];
-          ok = i < 0 || ready[first[i]] || first[i] == k;
+          ok[e] &= i < 0 || ready[first[i]] || first[i] == k;
         }
-      if (ok) pick = k;
+      if (ok[0] && ranks_allow < 0) ranks_allow = k;
+      if (ok[0] && ok[1]) pick = k;
     }
-    if (pick < 0) pick = any;
+    if (pick < 0) pick = ranks_allow >= 0 ? ranks_allow : any; /* `any`: never, as the ranks' orders agree */
     if (pick < 0) break;
     ready[pick] = 1, order[m++] = pick;
   }

@@ -9,7 +9,8 @@
 typedef struct GqCall {
   const void *rank;          /* its communicator */
   const void *comms;         /* the communicator group that rank belongs to */
-  const void *stream;
+  const void *stream;        /* with dev, its stream (a handle such as NULL names one stream per GPU) */
+  int dev;
   unsigned long long before; /* the rank's collectives launched before this queue */
 } GqCall;
 

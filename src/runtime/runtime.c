@@ -1011,9 +1011,10 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
-    Call *q = realloc(group.q, sizeof *q * (size_t)(group.cap = group.cap ? 2 * group.cap : 16));
+    int cap = group.cap ? 2 * group.cap : 16;
+    Call *q = realloc(group.q, sizeof *q * (size_t)cap);
     if (!q) return rt_fail(resccl_system_error, "out of memory");
-    group.q = q;
+    group.q = q, group.cap = cap;
   }
   group.q[group.n++] = c;
   return resccl_success;
@@ -1158,7 +1159,8 @@ static resccl_result_t launch(Call *calls, int n) {
   if (!done || !lead || !ready || !first || !seq || !q)
     return free(done), free(lead), free(ready), free(first), free(seq), free(q),
            rt_fail(resccl_system_error, "out of memory");
-  for (int i = 0; i < n; i++) q[i] = (GqCall){calls[i].comm, calls[i].comm->g, calls[i].stream, calls[i].comm->calls};
+  for (int i = 0; i < n; i++)
+    q[i] = (GqCall){calls[i].comm, calls[i].comm->g, calls[i].stream, calls[i].comm->cudev, calls[i].comm->calls};
   gq_match(q, n, seq, first);
   fall_back(calls, n, first);
   resccl_result_t rc = resccl_success;
