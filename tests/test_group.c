@@ -50,7 +50,8 @@ static void test_one_group(void **state) {
 /* Rank 0 a group ahead: its A launched alone before; now the others' A and everyone's B. */
 static void test_staggered(void **state) {
   (void)state;
-  GqCall q[] = {call(1, 0, 1, 1, 0), call(2, 0, 2, 2, 0), call(0, 0, 0, 0, 1), call(1, 0, 1, 1, 0), call(2, 0, 2, 2, 0)};
+  GqCall q[] = {call(1, 0, 1, 1, 0), call(2, 0, 2, 2, 0), call(0, 0, 0, 0, 1), call(1, 0, 1, 1, 0),
+                call(2, 0, 2, 2, 0)};
   check(q, 5, (int[]){0, 0, 2, 2, 2}, (int[]){0, 2, -1});
 }
 
