@@ -382,8 +382,11 @@ static void bad_arguments(void) {
     int shared = 0;
     for (int r = 1; r < R; r++) shared |= dev[r] == dev[0];
     rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, comm[0], NULL);
-    if (shared) CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "group"), "lone virtual rank gave %d", rc);
-    else {
+    if (shared) {
+      CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "group"), "lone virtual rank gave %d", rc);
+      collective("allreduce", 4099, 0, 1); /* refused at launch, its rank's count of collectives stayed */
+      cudaSetDevice(dev[0]);
+    } else {
       /* It launches and waits for peers that never come: it must time out, not hang. */
       CHECK(rc == resccl_success, "lone rank launch gave %d", rc);
       cudaDeviceSynchronize();

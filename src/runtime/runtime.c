@@ -1164,7 +1164,6 @@ static resccl_result_t launch(Call *calls, int n) {
   gq_match(q, n, seq, first);
   fall_back(calls, n, first);
   resccl_result_t rc = resccl_success;
-  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
   /* Everything is checked before anything is launched: a half-launched call
      would leave its kernels waiting for peers that never come (a CUDA error
      while queueing still can; the timeout then ends the kernels). */
@@ -1195,6 +1194,7 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
+  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
   int nlead = gq_order(q, n, first, order, ready, first + 2 * n);
   /* Collective by collective: a plan's copy-engine form has one barrier
