@@ -1151,14 +1151,14 @@ static void fall_back(Call *calls, int n, const int *first) {
 static resccl_result_t launch(Call *calls, int n) {
   int dev = -1;
   cudaGetDevice(&dev); /* shape() may select another */
-  /* lead[i]: calls[i]'s stream carries its GPU's launch of the collective */
-  char *done = calloc((size_t)n, 1), *lead = calloc((size_t)n, 1), *ready = malloc((size_t)n);
-  int *first = malloc(sizeof(int) * 5 * (size_t)n), *order = first + n;
-  unsigned long long *seq = malloc(sizeof *seq * (size_t)n);
-  GqCall *q = malloc(sizeof *q * (size_t)n);
-  if (!done || !lead || !ready || !first || !seq || !q)
-    return free(done), free(lead), free(ready), free(first), free(seq), free(q),
-           rt_fail(resccl_system_error, "out of memory");
+  /* One allocation: the queue as group.c sees it, the calls' numbers, first call of each one's collective,
+     the launch order and gq_order's room (3n), then done, lead (calls[i]'s stream carries its GPU's launch
+     of the collective) and gq_order's ready flags. */
+  GqCall *q = calloc((size_t)n, sizeof *q + sizeof(unsigned long long) + 5 * sizeof(int) + 3);
+  if (!q) return rt_fail(resccl_system_error, "out of memory");
+  unsigned long long *seq = (unsigned long long *)(q + n);
+  int *first = (int *)(seq + n), *order = first + n;
+  char *done = (char *)(first + 5 * n), *lead = done + n, *ready = lead + n;
   for (int i = 0; i < n; i++)
     q[i] = (GqCall){calls[i].comm, calls[i].comm->g, calls[i].stream, calls[i].comm->cudev, calls[i].comm->calls};
   gq_match(q, n, seq, first);
@@ -1276,7 +1276,7 @@ static resccl_result_t launch(Call *calls, int n) {
     }
   }
   if (dev >= 0) cudaSetDevice(dev);
-  free(done), free(lead), free(ready), free(first), free(seq), free(q);
+  free(q);
   return rc;
 }
 
