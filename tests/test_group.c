@@ -5,7 +5,8 @@
 ** (on GPUs of their own and as virtual ranks on one stream, every call on
 ** the default stream), two communicator groups on shared streams, streams
 ** in no order, and random queues against the rule spelled out over every
-** pair of calls.
+** pair of calls; then the records that check a collective's ranks launched
+** apart against each other.
 */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,10 +149,46 @@ static void test_random(void **state) {
   assert_true(compared > 10000 && cyclic_seen > 100);
 }
 
+/* Three ranks launch collective 5 apart, and collective 6 apart too, interleaved: a rank that differs in count,
+   datatype, op or form is told, the others agree, and a record goes once all three ranks have launched. A
+   collective every rank launches at once leaves none; a plan's unload forgets its form's. */
+static void test_open(void **state) {
+  (void)state;
+  GqOpens o = {0};
+  char form[2];
+  GqSig a = {&form[0], 1000, 2, 0}, b = {&form[1], 64, 9, 1};
+  assert_int_equal(gq_open_reserve(&o, 4), 0);
+  assert_false(gq_open_differs(&o, 5, &b)); /* nobody launched 5 yet */
+  gq_open_note(&o, 5, &a, 1, 3);
+  gq_open_note(&o, 6, &b, 2, 3);
+  assert_int_equal(o.n, 2);
+  GqSig other[] = {{&form[1], 1000, 2, 0}, {&form[0], 999, 2, 0}, {&form[0], 1000, 3, 0}, {&form[0], 1000, 2, 4}};
+  for (int k = 0; k < 4; k++) assert_true(gq_open_differs(&o, 5, &other[k]));
+  assert_false(gq_open_differs(&o, 5, &a));
+  assert_true(gq_open_differs(&o, 6, &a));
+  gq_open_note(&o, 5, &a, 1, 3);
+  assert_int_equal(o.n, 2);
+  gq_open_note(&o, 6, &b, 1, 3); /* 6 done */
+  assert_int_equal(o.n, 1);
+  assert_false(gq_open_differs(&o, 6, &a));
+  gq_open_note(&o, 7, &a, 3, 3); /* launched at once */
+  assert_int_equal(o.n, 1);
+  gq_open_note(&o, 5, &a, 1, 3);
+  assert_int_equal(o.n, 0);
+  assert_int_equal(gq_open_reserve(&o, 2), 0);
+  gq_open_note(&o, 8, &a, 1, 2);
+  gq_open_note(&o, 9, &b, 1, 2);
+  gq_open_forget(&o, &form[0]);
+  assert_int_equal(o.n, 1);
+  assert_true(gq_open_differs(&o, 9, &a));
+  free(o.a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_one_group),  cmocka_unit_test(test_staggered), cmocka_unit_test(test_rank_order),
     cmocka_unit_test(test_two_groups), cmocka_unit_test(test_no_order),  cmocka_unit_test(test_random),
+    cmocka_unit_test(test_open),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -355,6 +355,45 @@ static void size_ranges(const char *ar) {
   printf("plans by size: ran\n");
 }
 
+/* Rank 0 launches an all-reduce of 16 elements alone; the others, called
+   apart with 8, are refused (nothing launched, as rank 0's record says 16),
+   then called with 16: it completes, and sums right. */
+static void apart_disagree(void) {
+  enum { C = 16 };
+  float *b[MAXR], h[2 * C];
+  for (int r = 0; r < R; r++) {
+    for (int i = 0; i < 2 * C; i++) h[i] = i < C ? val(r, (size_t)i) : -1e9f;
+    cudaSetDevice(dev[r]);
+    cudaMalloc((void **)&b[r], sizeof h);
+    cudaMemcpy(b[r], h, sizeof h, cudaMemcpyHostToDevice);
+  }
+  resccl_result_t rc = resccl_all_reduce(b[0], b[0] + C, C, resccl_float32, resccl_sum, comm[0], st[0]);
+  CHECK(rc == resccl_success, "rank 0 alone gave %d", rc);
+  for (int r = 1; r < R; r++) {
+    rc = resccl_all_reduce(b[r], b[r] + C, C / 2, resccl_float32, resccl_sum, comm[r], st[r]);
+    CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "other ranks launched"),
+          "rank %d disagreeing apart gave %d", r, rc);
+  }
+  for (int r = 1; r < R; r++) {
+    rc = resccl_all_reduce(b[r], b[r] + C, C, resccl_float32, resccl_sum, comm[r], st[r]);
+    CHECK(rc == resccl_success, "rank %d agreeing apart gave %d", r, rc);
+  }
+  int wrong = 0;
+  for (int r = 0; r < R; r++) {
+    settle(r, "ranks apart");
+    cudaMemcpy(h, b[r], sizeof h, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < C; i++) {
+      float want = 0;
+      for (int q = 0; q < R; q++) want += val(q, (size_t)i);
+      wrong += h[C + i] != want;
+    }
+    cudaFree(b[r]);
+  }
+  CHECK(!wrong, "ranks apart: %d elements wrong", wrong);
+  cudaSetDevice(dev[0]);
+  printf("ranks apart that disagree: the later ones refused, then matched\n");
+}
+
 static void bad_arguments(void) {
   float *a;
   cudaSetDevice(dev[0]);
@@ -378,9 +417,10 @@ static void bad_arguments(void) {
     collective("allreduce", 4099, 0, 1);
     cudaSetDevice(dev[0]);
   }
+  int shared = 0;
+  for (int r = 1; r < R; r++) shared |= dev[r] == dev[0];
+  if (R > 1 && !shared) apart_disagree();
   if (R > 1) { /* a rank alone outside a group is fine only when it has its GPU to itself */
-    int shared = 0;
-    for (int r = 1; r < R; r++) shared |= dev[r] == dev[0];
     rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, comm[0], NULL);
     if (shared) {
       CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "group"), "lone virtual rank gave %d", rc);

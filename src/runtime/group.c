@@ -2,6 +2,7 @@
 ** group.c — matching a group's queued calls across ranks, and the order
 ** their collectives launch in (group.h).
 */
+#include <stdlib.h>
 #include <string.h>
 
 #include "group.h"
@@ -61,4 +62,37 @@ int gq_order(const GqCall *c, int n, const int *first, int *order, char *ready, 
     ready[pick] = 1, order[m++] = pick;
   }
   return m;
+}
+
+static GqOpen *open_find(const GqOpens *o, unsigned long long seq) {
+  for (int i = 0; i < o->n; i++)
+    if (o->a[i].seq == seq) return &o->a[i];
+  return NULL;
+}
+
+int gq_open_differs(const GqOpens *o, unsigned long long seq, const GqSig *s) {
+  const GqOpen *r = open_find(o, seq);
+  return r && (r->sig.form != s->form || r->sig.count != s->count || r->sig.dtype != s->dtype || r->sig.op != s->op);
+}
+
+int gq_open_reserve(GqOpens *o, int more) {
+  if (o->n + more <= o->cap) return 0;
+  int cap = o->n + more > 2 * o->cap ? o->n + more : 2 * o->cap;
+  GqOpen *a = realloc(o->a, (size_t)cap * sizeof *a);
+  if (!a) return -1;
+  o->a = a, o->cap = cap;
+  return 0;
+}
+
+void gq_open_note(GqOpens *o, unsigned long long seq, const GqSig *s, int ranks, int nranks) {
+  GqOpen *r = open_find(o, seq);
+  if (!r && ranks >= nranks) return;
+  if (!r) r = &o->a[o->n++], *r = (GqOpen){seq, *s, 0};
+  if ((r->seen += ranks) >= nranks) *r = o->a[--o->n];
+}
+
+void gq_open_forget(GqOpens *o, const void *form) {
+  for (int i = 0; i < o->n;)
+    if (o->a[i].sig.form == form) o->a[i] = o->a[--o->n];
+    else i++;
 }

@@ -23,4 +23,36 @@ void gq_match(const GqCall *c, int n, unsigned long long *seq, int *first);
    order[]; returns how many. ready: n chars; at: 3n ints. */
 int gq_order(const GqCall *c, int n, const int *first, int *order, char *ready, int *at);
 
+/* What a rank launched as one collective: its form (a plan's placement),
+   count, datatype and op. */
+typedef struct GqSig {
+  const void *form;
+  unsigned long long count;
+  int dtype, op;
+} GqSig;
+
+/* A communicator group's collectives that some of their ranks have launched
+   (outside a group, or in groups of their own), so that the rest are
+   checked against them. */
+typedef struct GqOpen {
+  unsigned long long seq;
+  GqSig sig;
+  int seen; /* ranks launched */
+} GqOpen;
+typedef struct GqOpens {
+  GqOpen *a;
+  int n, cap;
+} GqOpens;
+
+/* 0 when collective seq agrees with what its ranks launched before (or
+   none has), else 1. */
+int gq_open_differs(const GqOpens *o, unsigned long long seq, const GqSig *s);
+/* Room for `more` records, so that gq_open_note cannot fail; -1: out of memory. */
+int gq_open_reserve(GqOpens *o, int more);
+/* `ranks` more of the collective's `nranks` ranks launched it: kept until
+   all have. */
+void gq_open_note(GqOpens *o, unsigned long long seq, const GqSig *s, int ranks, int nranks);
+/* Forget the records of a form (its plan is unloaded). */
+void gq_open_forget(GqOpens *o, const void *form);
+
 #endif

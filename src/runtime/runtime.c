@@ -187,6 +187,7 @@ typedef struct {
   RtPlan *plans;
   int *stop;          /* mapped host memory: a kernel gave up waiting */
   int live;           /* communicators not yet destroyed */
+  GqOpens open;       /* collectives some of whose ranks have launched */
 } Group;
 
 struct resccl_comm {
@@ -694,7 +695,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
 }
 
 static void plan_unload(Group *g, RtPlan *p) {
-  for (int i = 0; i < 6; i++) trace_write(g, p->v[i / 3][i % 3], p->conf.trace), variant_free(g, p->v[i / 3][i % 3]);
+  for (int i = 0; i < 6; i++) {
+    Variant *v = p->v[i / 3][i % 3];
+    trace_write(g, v, p->conf.trace), variant_free(g, v), gq_open_forget(&g->open, v);
+  }
   free(p);
 }
 
@@ -872,7 +876,7 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
     plan_unload(g, p);
   }
   cudaFreeHost(g->stop);
-  free(g->comms), free(g);
+  free(g->open.a), free(g->comms), free(g);
   return resccl_success;
 }
 
@@ -1129,6 +1133,15 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i) {
   return resccl_success;
 }
 
+/* Calls of the collective whose first call is calls[k]. */
+static int ranks_of(const int *first, int n, int k) {
+  int all = 0;
+  for (int j = k; j < n; j++) all += first[j] == k;
+  return all;
+}
+
+static GqSig sig_of(const Call *c) { return (GqSig){c->v, c->count, c->dtype, c->op}; }
+
 /* Where a collective's group holds only some of its ranks (called outside a
    group, or in groups of their own), it runs its plan's first form in place
    of one that needs every rank's buffers (copy-engine copies, pulls) where
@@ -1137,8 +1150,7 @@ static void fall_back(Call *calls, int n, const int *first) {
   for (int k = 0; k < n; k++) {
     Variant *v = calls[k].v, *f = calls[k].plan->v[v->inplace][0];
     if (first[k] != k || !(v->nce || v->pulls) || !f || f->nce || f->pulls) continue;
-    int all = 0;
-    for (int j = k; j < n; j++) all += first[j] == k;
+    int all = ranks_of(first, n, k);
     if (all == v->nranks) continue;
     INFO("%s: %d of plan %s's %d ranks called together: its first form runs", calls[k].plan->coll, all,
          calls[k].plan->name, v->nranks);
@@ -1181,8 +1193,13 @@ static resccl_result_t launch(Call *calls, int n) {
       here += o->comm->d == c->comm->d;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
-    int all = 0;
-    for (int j = 0; j < n; j++) all += first[j] == first[i];
+    int all = ranks_of(first, n, first[i]);
+    GqSig sig = sig_of(c);
+    if (rc == resccl_success && gq_open_reserve(&g->open, n)) rc = rt_fail(resccl_system_error, "out of memory");
+    if (rc == resccl_success && first[i] == i && gq_open_differs(&g->open, seq[i], &sig))
+      rc = rt_fail(resccl_invalid_usage, "%s: collective number %llu differs in collective, count, datatype, op or "
+                   "placement from what its other ranks launched (call collectives in the same order on every rank)",
+                   c->plan->coll, seq[i] + 1);
     if (rc == resccl_success && (c->v->nce || c->v->pulls) && all != c->v->nranks)
       rc = rt_fail(resccl_invalid_usage, "%s: plan %s %s, which needs every rank's buffers: call all %d ranks between "
                    "resccl_group_start and resccl_group_end", c->plan->coll, c->plan->name,
@@ -1195,6 +1212,10 @@ static resccl_result_t launch(Call *calls, int n) {
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    GqSig sig = sig_of(&calls[i]);
+    if (first[i] == i) gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
+  }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
   int nlead = gq_order(q, n, first, order, ready, first + 2 * n);
   /* Collective by collective: a plan's copy-engine form has one barrier
