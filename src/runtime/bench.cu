@@ -106,7 +106,7 @@ static const char USAGE[] =
     "  -w, --warmup_iters N  untimed calls before them (5)\n"
     "  -G, --cudagraph N     capture the -n calls into a CUDA graph per rank's stream\n"
     "                        and time N launches of it: no host time between calls;\n"
-    "                        one rank per GPU, -w 1 or more (0)\n"
+    "                        -w 1 or more; --virtual ranks share one stream then (0)\n"
     "  -c, --check N         checked calls per size; 0: #wrong is N/A (1)\n"
     "  -d, --dtype TYPE      int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
     "                        double, or i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64 (float)\n"
@@ -218,9 +218,7 @@ static Opts parse(int argc, char **argv) {
     o.plans.push_back(p);
   }
   if (o.minbytes > o.maxbytes) usage_error("-b %zu is larger than -e %zu", o.minbytes, o.maxbytes);
-  /* A capture per rank's stream: ranks sharing a GPU are joined across their streams, which separate
-     captures refuse; and a size's first call may allocate, which a capture cannot. */
-  if (o.graphs && o.virt) usage_error("-G needs one rank per GPU (not --virtual)");
+  /* A size's first call may allocate, which a capture cannot. */
   if (o.graphs && o.warmup < 1) usage_error("-G needs -w 1 or more: a size's first call may allocate");
   return o;
 }
@@ -481,6 +479,13 @@ static void prepare(Bench *b, const Shape &s, int inplace) {
   }
 }
 
+/* Whether rank r's stream is no earlier rank's (captures and graphs go per stream). */
+static bool first_on_stream(const Bench *b, int r) {
+  for (int j = 0; j < r; j++)
+    if (b->stream[j] == b->stream[r]) return false;
+  return true;
+}
+
 /* Microseconds per call: warm-ups, then iters calls back to back between
    events (or -G launches of them captured, a graph per rank's stream); the
    slowest rank. */
@@ -491,6 +496,7 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
   std::vector<cudaGraphExec_t> exec(b->n);
   if (G) {
     for (int r = 0; r < b->n; r++) {
+      if (!first_on_stream(b, r)) continue;
       CUDA_CHECK(cudaSetDevice(b->dev[r]));
       CUDA_CHECK(cudaStreamBeginCapture(b->stream[r], cudaStreamCaptureModeThreadLocal));
     }
@@ -500,11 +506,13 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
     std::vector<cudaGraph_t> g(b->n);
     cudaError_t ce = cudaSuccess;
     for (int r = 0; r < b->n; r++) {
+      if (!first_on_stream(b, r)) continue;
       CUDA_CHECK(cudaSetDevice(b->dev[r]));
       cudaError_t e = cudaStreamEndCapture(b->stream[r], &g[r]);
       if (ce == cudaSuccess) ce = e;
     }
     for (int r = 0; r < b->n && ce == cudaSuccess; r++) {
+      if (!g[r]) continue;
       CUDA_CHECK(cudaSetDevice(b->dev[r]));
       ce = cudaGraphInstantiate(&exec[r], g[r], 0);
     }
@@ -523,6 +531,7 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
   }
   for (int i = 0; i < G; i++)
     for (int r = 0; r < b->n; r++) {
+      if (!exec[r]) continue;
       CUDA_CHECK(cudaSetDevice(b->dev[r]));
       CUDA_CHECK(cudaGraphLaunch(exec[r], b->stream[r]));
     }
@@ -536,7 +545,7 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
     CUDA_CHECK(cudaEventSynchronize(b->stop[r]));
     CUDA_CHECK(cudaEventElapsedTime(&ms, b->start[r], b->stop[r]));
     if (ms > worst) worst = ms;
-    if (G) CUDA_CHECK(cudaGraphExecDestroy(exec[r]));
+    if (exec[r]) CUDA_CHECK(cudaGraphExecDestroy(exec[r]));
   }
   return worst * 1e3 / b->o.iters / (G ? G : 1);
 }
@@ -730,7 +739,10 @@ static void setup(Bench *b, std::string *nccl_state) {
   b->send.resize(b->n), b->recv.resize(b->n), b->wrong.resize(b->n);
   for (int r = 0; r < b->n; r++) {
     CUDA_CHECK(cudaSetDevice(b->dev[r]));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream[r], cudaStreamNonBlocking));
+    /* A capture per stream: with -G, virtual ranks share one (ranks of a GPU on several streams are
+       joined by events, which separate captures refuse). */
+    if (o.graphs && o.virt && r) b->stream[r] = b->stream[0];
+    else CUDA_CHECK(cudaStreamCreateWithFlags(&b->stream[r], cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&b->start[r]));
     CUDA_CHECK(cudaEventCreate(&b->stop[r]));
     /* at least 16 bytes: a size that rounds to no elements still gets real pointers */
