@@ -355,9 +355,9 @@ static void size_ranges(const char *ar) {
   printf("plans by size: ran\n");
 }
 
-/* Rank 0 launches an all-reduce of 16 elements alone; the others, called
-   apart with 8, are refused (nothing launched, as rank 0's record says 16),
-   then called with 16: it completes, and sums right. */
+/* Rank 0 launches an all-reduce of 16 elements alone; a plan load is then
+   refused, and the others, called apart with 8, too (nothing launched, as
+   rank 0's record says 16); called with 16, it completes, and sums right. */
 static void apart_disagree(void) {
   enum { C = 16 };
   float *b[MAXR], h[2 * C];
@@ -367,8 +367,12 @@ static void apart_disagree(void) {
     cudaMalloc((void **)&b[r], sizeof h);
     cudaMemcpy(b[r], h, sizeof h, cudaMemcpyHostToDevice);
   }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize(); /* the copies landed before st[r] reads */
   resccl_result_t rc = resccl_all_reduce(b[0], b[0] + C, C, resccl_float32, resccl_sum, comm[0], st[0]);
   CHECK(rc == resccl_success, "rank 0 alone gave %d", rc);
+  rc = resccl_plan_load(comm[0], "/nonexistent.plan"); /* refused before the file is opened */
+  CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "some ranks"),
+        "a plan load with a collective launched on some ranks gave %d", rc);
   for (int r = 1; r < R; r++) {
     rc = resccl_all_reduce(b[r], b[r] + C, C / 2, resccl_float32, resccl_sum, comm[r], st[r]);
     CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "other ranks launched"),

@@ -247,6 +247,23 @@ void rt_conf_env(RtConf *c) {
   if (c->trace && !*c->trace) c->trace = NULL;
 }
 
+/* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
+static resccl_result_t peer_access(const Group *g) {
+  for (int a = 0; a < g->ndevs; a++) {
+    CU(cudaSetDevice(g->dev[a]));
+    for (int b = 0; b < g->ndevs; b++) {
+      if (a == b) continue;
+      int ok = 0;
+      CU(cudaDeviceCanAccessPeer(&ok, g->dev[a], g->dev[b]));
+      if (!ok) return rt_fail(resccl_invalid_usage, "GPU %d cannot reach GPU %d (no peer access)", g->dev[a], g->dev[b]);
+      cudaError_t e = cudaDeviceEnablePeerAccess(g->dev[b], 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CU(e);
+      cudaGetLastError();
+    }
+  }
+  return resccl_success;
+}
+
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
   if (!comms || ndev < 1) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: no communicators asked for");
   if (ndev > RX_MAXRANKS) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: at most %d ranks", RX_MAXRANKS);
@@ -271,20 +288,13 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
     }
     c[r] = (struct resccl_comm){g, r, d, k, 0};
   }
-  /* Peer access between every pair of GPUs: FIFOs are written across them. */
-  for (int a = 0; a < g->ndevs; a++) {
-    CU(cudaSetDevice(g->dev[a]));
-    for (int b = 0; b < g->ndevs; b++) {
-      if (a == b) continue;
-      int ok = 0;
-      CU(cudaDeviceCanAccessPeer(&ok, g->dev[a], g->dev[b]));
-      if (!ok) return rt_fail(resccl_invalid_usage, "GPU %d cannot reach GPU %d (no peer access)", g->dev[a], g->dev[b]);
-      cudaError_t e = cudaDeviceEnablePeerAccess(g->dev[b], 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CU(e);
-      cudaGetLastError();
-    }
-  }
-  CU(cudaHostAlloc((void **)&g->stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+  int dev = -1;
+  cudaGetDevice(&dev);
+  resccl_result_t rc = peer_access(g);
+  if (dev >= 0) cudaSetDevice(dev);
+  if (rc == resccl_success && cudaHostAlloc((void **)&g->stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable))
+    rc = rt_fail(resccl_unhandled_cuda_error, "resccl_comm_init_all: cannot allocate mapped host memory");
+  if (rc != resccl_success) return free(g), free(c), rc;
   *g->stop = 0;
   for (int r = 0; r < ndev; r++) comms[r] = &c[r];
   INFO("init: %d ranks on %d GPUs", ndev, g->ndevs);
@@ -395,8 +405,14 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     BAD("sizes");
   if (v->nranks < 1 || v->nranks > 1 << 16 || v->chunks < 1 || v->maxcnt < 1) BAD("sizes");
   v->ntb = malloc(sizeof(int) * (size_t)v->nranks);
-  if (!read_ints(f, "tbs", v->ntb, v->nranks) || !read_ints(f, "conns", &v->nconn, 1) || v->nconn < 0) BAD("tbs");
+  if (!v->ntb) BAD("out of memory");
+  if (!read_ints(f, "tbs", v->ntb, v->nranks) || !read_ints(f, "conns", &v->nconn, 1) || v->nconn < 0 ||
+      v->nconn > 1 << 20)
+    BAD("tbs");
+  for (int r = 0; r < v->nranks; r++)
+    if (v->ntb[r] < 0 || v->ntb[r] > 1 << 16) BAD("tbs");
   v->csrc = malloc(sizeof(int) * ((size_t)v->nconn + 1)), v->cdst = malloc(sizeof(int) * ((size_t)v->nconn + 1));
+  if (!v->csrc || !v->cdst) BAD("out of memory");
   for (int c = 0; c < v->nconn; c++)
     if (fscanf(f, " %d %d", &v->csrc[c], &v->cdst[c]) != 2 || (unsigned)v->csrc[c] >= (unsigned)v->nranks ||
         (unsigned)v->cdst[c] >= (unsigned)v->nranks)
@@ -535,25 +551,33 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
   return resccl_success;
 }
 
-static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes) {
+/* Device memory freed at unload. At plan load it is zeroed before any
+   stream uses it: the memset goes on the legacy stream, which a user's
+   non-blocking stream does not wait for. What calls grow (scratch,
+   copy-engine counters) is not: every call writes it before reading it,
+   and the legacy stream waits for blocking streams, where a collective
+   launched on some ranks waits for the ones this thread has yet to launch. */
+static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, int zero) {
   void **a = realloc(v->allocs, sizeof *a * ((size_t)v->nallocs + 1));
   if (!a) return rt_fail(resccl_system_error, "out of memory");
   v->allocs = a;
   CU(cudaMalloc((void **)p, bytes ? bytes : 1));
-  /* Zeroed before any stream uses it: the memset goes on the legacy stream,
-     which a user's non-blocking stream does not wait for. */
-  CU(cudaMemset(*(void **)p, 0, bytes ? bytes : 1));
-  CU(cudaStreamSynchronize(cudaStreamLegacy));
   v->allocs[v->nallocs++] = *(void **)p;
+  if (zero) {
+    CU(cudaMemset(*(void **)p, 0, bytes ? bytes : 1));
+    CU(cudaStreamSynchronize(cudaStreamLegacy));
+  }
   return resccl_success;
 }
+
+static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo);
 
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   if (v->fifo_tiles > cf->nslots)
-    return rt_fail(resccl_invalid_usage, "plan %s needs FIFOs of %d slots (it was verified with connections that "
-                   "hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place", v->fifo_tiles,
-                   v->fifo_tiles);
+    return rt_fail(resccl_invalid_usage, "the plan's %s form needs FIFOs of %d slots (it was verified with "
+                   "connections that hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place",
+                   v->fifo_tiles, v->fifo_tiles);
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
      10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
      copies: what is left to the blocks then reduces, and a ring all-reduce
@@ -572,18 +596,25 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   /* FIFOs: slots, tail and taken with the receiver, head and sent with the
      sender. Every slice has whole slots: halved ones made more micro-batches
      (a slice fits a slot), each a handshake. */
-  int nf = v->nconn * V;
-  RxFifo *fifo = calloc((size_t)nf + 1, sizeof *fifo);
+  RxFifo *fifo = calloc((size_t)v->nconn * (size_t)V + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
+  resccl_result_t res = variant_build(g, v, cf, fifo);
+  free(fifo);
+  return res;
+}
+
+/* variant_setup's allocations and kernels; fifo: room for the FIFOs' host copy. */
+static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo) {
+  int K = v->nblk, V = v->nslice, nf = v->nconn * V;
   for (int i = 0; i < nf; i++) {
     struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes));
-    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long)));
-    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long)));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes, 1));
+    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), 1));
+    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long), 1));
     CU(cudaSetDevice(src->cudev));
-    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long)));
-    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long)));
+    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long), 1));
+    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long), 1));
   }
   /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
   /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
@@ -594,8 +625,8 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   for (int r = 0; r < v->nranks; r++) run.first[r + 1] = run.first[r] + v->ntb[r] * K;
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks));
-    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1)));
+    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks, 1));
+    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1), 1));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -607,7 +638,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   for (int d = 0; d < g->ndevs; d++) {
     if (!v->dev[d].nflags) continue;
     CU(cudaSetDevice(g->dev[d]));
-    TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags));
+    TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags, 1));
     for (int i = 0, k = 0; i < v->nce; i++)
       if (v->ce[CE_INTS * i + 7] >= 0 && g->comms[v->ce[CE_INTS * i]].d == d) v->ceflag[v->ce[CE_INTS * i + 7]] = v->dev[d].flags + k++;
   }
@@ -631,7 +662,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     for (int r = 0; r < v->nranks; r++)
       if (g->comms[r].d == d) nb += v->ntb[r] * K, ntbs += v->ntb[r];
     RxBlock *tab = v->dev[d].tab = calloc((size_t)nb + 1, sizeof *tab);
-    if (!tab) return free(fifo), rt_fail(resccl_system_error, "out of memory");
+    if (!tab) return rt_fail(resccl_system_error, "out of memory");
     for (int r = 0, k = 0, tbi = 0; r < v->nranks; r++)
       if (g->comms[r].d == d)
         for (int b = 0; b < v->ntb[r]; b++, tbi++)
@@ -644,28 +675,27 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
                     "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
       break;
     }
-    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb));
+    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, 1));
     CU(cudaMemcpy(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice));
-    TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1)));
-    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1)));
-    TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs));
-    TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V));
+    TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1), 1));
+    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1), 1));
+    TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs, 1));
+    TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V, 1));
     unsigned **dceflag;
-    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1)));
+    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1), 1));
     CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
     run.ceflag = dceflag;
     CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
-    if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb));
+    if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb, 1));
     v->dev[d].trace = run.trace;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
-    TRY(dev_alloc(v, &v->dev[d].run, sizeof run));
+    TRY(dev_alloc(v, &v->dev[d].run, sizeof run, 1));
     CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
     v->dev[d].nblocks = nb;
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
   }
-  free(fifo);
   /* Copy-engine copies: a stream for each (source GPU, destination GPU) with
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
@@ -685,11 +715,12 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     CU(cudaSetDevice(g->dev[d]));
     CU(cudaEventCreateWithFlags(&v->dev[d].start, cudaEventDisableTiming));
     CUDRV(drv.function(&v->dev[d].sync, v->dev[d].mod, "rx_ce_sync"));
-    TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned)));
+    TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned), 1));
   }
   if (res == resccl_success) {
     v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
     v->scratch_bytes = calloc((size_t)v->nranks, sizeof *v->scratch_bytes);
+    if (!v->scratch || !v->scratch_bytes) res = rt_fail(resccl_system_error, "out of memory");
   }
   return res;
 }
@@ -720,6 +751,9 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
   /* Queued calls point at the plans they run. */
   if (group.depth > 0) return rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
+  if (comm->g->open.n)
+    return rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
+                   "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
   if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
       conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
@@ -741,6 +775,7 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan *p = calloc(1, sizeof *p);
+  if (!p) return fclose(f), rt_fail(resccl_system_error, "out of memory");
   p->conf = *conf, p->lo = lo, p->hi = hi;
   resccl_result_t rc = resccl_success;
   for (;;) {
@@ -915,11 +950,9 @@ resccl_result_t resccl_group_end(void) {
 
 /* Buffers a call needs that grow (and allocate) only outside a CUDA graph
    capture on c's stream st; `what` says what must grow. */
-static resccl_result_t may_grow(resccl_comm_t c, cudaStream_t st, const char *what) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  CU(cudaSetDevice(c->cudev));
-  CU(cudaStreamIsCapturing(st, &cap));
-  if (cap != cudaStreamCaptureStatusNone)
+/* capturing: a stream of the group's calls is being captured (launch()). */
+static resccl_result_t may_grow(int capturing, const char *what) {
+  if (capturing)
     return rt_fail(resccl_invalid_usage, "%s, which a CUDA graph capture cannot do: call once at this size before "
                    "capturing", what);
   return resccl_success;
@@ -928,12 +961,13 @@ static resccl_result_t may_grow(resccl_comm_t c, cudaStream_t st, const char *wh
 /* The scratch buffer of (v, rank) holds at least `bytes`. A smaller one it
    replaces stays allocated until the plan is unloaded: a call queued in a
    group or a captured graph may still use it. */
-static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaStream_t st, char **out) {
+static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, int capturing, char **out) {
   if (bytes > v->scratch_bytes[c->rank]) {
     char what[80];
     snprintf(what, sizeof what, "scratch memory must grow to %zu bytes", bytes);
-    TRY(may_grow(c, st, what));
-    TRY(dev_alloc(v, &v->scratch[c->rank], bytes));
+    TRY(may_grow(capturing, what));
+    CU(cudaSetDevice(c->cudev));
+    TRY(dev_alloc(v, &v->scratch[c->rank], bytes, 0));
     v->scratch_bytes[c->rank] = bytes;
   }
   *out = v->scratch[c->rank];
@@ -942,18 +976,18 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, cudaSt
 
 /* Every GPU's counters (RxArgs.posts) hold a call of nmicro micro-batches.
    Smaller ones stay allocated until unload, as scratch does. */
-static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cudaStream_t st) {
+static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, int capturing) {
   size_t words = nmicro * (size_t)v->ncounters;
   if (words <= v->post_words) return resccl_success;
   if (words > (size_t)1 << 28)
     return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->ncounters);
   char what[80];
   snprintf(what, sizeof what, "copy-engine counters must grow to %zu micro-batches", nmicro);
-  TRY(may_grow(c, st, what));
+  TRY(may_grow(capturing, what));
   words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
-    TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words));
+    TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words, 0));
   }
   v->post_words = words;
   return resccl_success;
@@ -962,7 +996,7 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cuda
 /* What call c needs of the form it runs, c->v (launch(): after a collective
    called apart fell back to the first form): a count its chunks split where
    the form needs that, micro-batches, slices, counters and scratch. */
-static resccl_result_t shape(Call *c) {
+static resccl_result_t shape(Call *c, int capturing) {
   Variant *v = c->v;
   const RtPlan *p = c->plan;
   size_t count = c->count, es = c->esize;
@@ -986,10 +1020,14 @@ static resccl_result_t shape(Call *c) {
                    (size_t)p->conf.nmicro);
     c->nslice = (int)V, c->turns = 1;
   }
-  c->nmicro = (int)(nm < 1 ? 1 : nm > (1u << 20) ? 1u << 20 : nm);
-  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, c->stream));
+  /* A slice of a micro-batch must fit a FIFO slot (rx_nmicro). */
+  if (nm > (1u << 20))
+    return rt_fail(resccl_invalid_usage, "%s: %zu elements would take %zu micro-batches (at most %u): raise "
+                   "RESCCL_SLOT_BYTES", p->coll, count, nm, 1u << 20);
+  c->nmicro = (int)(nm < 1 ? 1 : nm);
+  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, capturing));
   if (v->bufchunks[2])
-    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, c->stream, &c->buf[2]));
+    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, capturing, &c->buf[2]));
   return resccl_success;
 }
 
@@ -1007,7 +1045,9 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
   if ((uintptr_t)send % es || (uintptr_t)recv % es)
     return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);
-  size_t bytes = count * es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1); /* nccl-tests' size */
+  size_t per = es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1);
+  if (count > SIZE_MAX / per) return rt_fail(resccl_invalid_argument, "%s: count %zu is too large", coll, count);
+  size_t bytes = count * per; /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
   Variant *v = form_for(p, inplace, bytes);
@@ -1211,7 +1251,15 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
-  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i]);
+  int capturing = 0; /* memory cannot grow while a stream of the group is captured */
+  for (int i = 0; i < n && rc == resccl_success; i++) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaSetDevice(calls[i].comm->cudev) != cudaSuccess || cudaStreamIsCapturing(calls[i].stream, &cap) != cudaSuccess)
+      rc = rt_fail(resccl_unhandled_cuda_error, "%s: cannot query the stream of rank %d", calls[i].plan->coll,
+                   calls[i].comm->rank);
+    capturing |= cap != cudaStreamCaptureStatusNone;
+  }
+  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i], capturing);
   for (int i = 0; i < n && rc == resccl_success; i++) {
     GqSig sig = sig_of(&calls[i]);
     if (first[i] == i) gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
