@@ -80,14 +80,15 @@ end
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
----@param o table {sched=, tb=, fuse=, inplace=, order=, channels=, ours_channels=}
+---@param o table {sched=, tb=, fuse=, inplace=, order=, ce=, pull=, channels=, ours_channels=}
 function M.plan(variant, prog, topo, o)
-  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order }
+  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order, ce = o.ce,
+    pull = o.pull }
   -- ours: one instance, or as the GPU runtime runs it: its channels (each a
   -- slice of every tile) and its micro-batches
   local sopts = { instances = o.ours_channels or 1, gpu = o.ours_channels ~= nil }
   if variant == "msccl" then
-    copts.tb, copts.order = "conn", "algorithm"
+    copts.tb, copts.order, copts.ce, copts.pull = "conn", "algorithm", nil, nil -- MSCCL has neither
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN
   elseif variant == "nccl" then
     local coll = prog:info().collective
