@@ -86,8 +86,8 @@ typedef struct {
   /* flows: at most one per agent, indexed by agent */
   double *rem, *rate, *tlast, *cap, *fbytes;
   unsigned *ver;
-  char *fkind;
-  int *path, *npath, *lpos;      /* per TB: up to TOPO_MAXHOP links, position in each link's list */
+  char *fkind;                   /* FK_ kind */
+  int *path, *npath, *lpos;      /* up to TOPO_MAXHOP links, position in each link's list */
   /* links, by topology id */
   int nl;
   char *lseen;
@@ -164,7 +164,7 @@ static double ceiling(double gbps, double bw) { return gbps > 0 ? gbps * 1e3 : b
 /*
 ** Water level of link l: every flow capped below it keeps its cap, the rest
 ** split what is left equally. The total is the least ceiling of the kinds
-** of flow on the link; the penalty shrinks the TBs' stores' first.
+** of flow on the link; the penalty shrinks the TBs' stores' ceiling first.
 */
 static void link_share(Sim *s, int l) {
   int n = s->nlf[l], np = s->nkind[l * NFK + FK_PUSH];
@@ -546,7 +546,7 @@ static void sim_free_state(Sim *s) {
   free(s->poster), free(s->sq), free(s->sq_off);
 }
 
-/* The call's time: its TBs' and copies' end, and the fixed cost of its copies' barriers and pulls' handshakes. */
+/* The call's time: the end of its TBs and copies, then its copies' barriers and its pulls' handshakes. */
 static void collect(Sim *s, SimResult *r) {
   const Plan *pl = s->pl;
   int R = pl->prog->nranks, NG = s->NG;
@@ -596,7 +596,7 @@ static rcStatus one_node(const Plan *pl, Err *e) {
   for (int i = 0; i < pl->np; i++) {
     const Prim *p = &pl->p[i];
     int src = p->pull ? pl->dag.t[p->tin].src : p->rank;
-    if (src / gpn == p->rank / gpn) continue;
+    if (src / gpn == p->rank / gpn) continue; /* not a pull, or one inside a node */
     plan_task_where(pl, p->tin, at, sizeof at);
     return err_set(e, RC_EINVAL, "%s: rank %d pulls from rank %d, on another node (%s): the GPU runtime runs on one "
                    "node, where reads reach only its GPUs; compile without --pull", at, p->rank, src, pl->topo->spec);

@@ -26,7 +26,8 @@ describe("resccl sim", function()
     assert.equal(0, #ce.tbs)
     -- at 1 MiB its fixed cost (two barriers, a copy's start) dominates: 19 GB/s measured
     local small, blocks = sim("allgather_ring", "1M", "--ce"), sim("allgather_ring", "1M")
-    assert.is_true(small.busbw_gbps < blocks.busbw_gbps / 4, ("%g vs %g"):format(small.busbw_gbps, blocks.busbw_gbps))
+    assert.is_true(small.busbw_gbps < blocks.busbw_gbps / 4,
+      ("%g vs %g"):format(small.busbw_gbps, blocks.busbw_gbps))
     -- a pulling one-shot all-reduce: one TB per rank, under the link's read ceiling (337)
     local pull = sim("allreduce_allpairs", "1G", "--pull")
     assert.is_true(pull.busbw_gbps > 300 and pull.busbw_gbps < 337, pull.busbw_gbps)
