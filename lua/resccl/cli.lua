@@ -494,9 +494,11 @@ function M.sim(o)
     topo:info().spec, prog:info().ranks, sim.fmt_size(tile), u.depth))
   for _, v in ipairs(variants) do
     local x = last[v]
-    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s"):format(v, x.sched, x.tb_policy,
+    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s%s%s"):format(v, x.sched, x.tb_policy,
       x.order == "task" and "task-level" or "algorithm-level", x.instances,
-      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or ""))
+      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or "",
+      x.ce_copies > 0 and (", %d copies on the copy engine"):format(x.ce_copies) or "",
+      x.pulls > 0 and (", %d pulls"):format(x.pulls) or ""))
   end
   print(sim.header())
   for _, r in ipairs(results) do print(sim.row(r)) end

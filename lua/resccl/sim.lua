@@ -116,6 +116,7 @@ function M.run(variant, prog, topo, o, size)
   if not r then return nil, err end
   local rep = plan:report()
   r.variant, r.sched, r.tb_policy, r.fused = variant, rep.sched, rep.tb_policy, rep.fused
+  r.ce_copies, r.pulls = rep.ce_copies, rep.pulls
   r.slowdown = sopts.slowdown or 0
   r.algorithm = p2 and p2:info().name or prog:info().name
   return r
@@ -167,7 +168,7 @@ function M.write_trace(path, r)
     f:write(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank, tb.tb,
       tb.tb))
   end
-  for _, s in ipairs(r.slices) do
+  for _, s in ipairs(r.slices or {}) do -- none where no TB runs (copy engine alone)
     local tb = r.tbs[s.tb]
     f:write(('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
       '"micro_batch":%d,"subpipeline":%d}},\n'):format(json_str(s.kind), tb.rank, tb.tb, s.t0, s.t1 - s.t0,

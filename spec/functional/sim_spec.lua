@@ -32,6 +32,15 @@ describe("resccl sim", function()
     local pull = sim("allreduce_allpairs", "1G", "--pull")
     assert.is_true(pull.busbw_gbps > 300 and pull.busbw_gbps < 337, pull.busbw_gbps)
     assert.equal(16, pull.tbs_per_rank_max)
+    -- a trace and a timeline with no TB at all
+    local trace, svg = os.tmpname(), os.tmpname()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=2", "--ce", "--trace", trace, "--svg",
+      svg }
+    assert.equal(0, code, err)
+    assert.matches('"name":"end"', h.read(trace))
+    assert.matches("^<svg", h.read(svg))
+    os.remove(trace)
+    os.remove(svg)
   end)
 
   it("refuses copies and pulls across nodes, which the GPU runtime cannot make", function()
