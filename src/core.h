@@ -191,6 +191,10 @@ typedef struct {
   double tb_gbps, tb_reduce_gbps; /* what one TB moves: copying, reducing */
   double intra_sat, nic_sat;     /* TBs that saturate a link, 0 = bandwidth / tb_gbps */
   double intra_gamma, nic_gamma; /* contention penalty: bandwidth / (1 + gamma log2 z) */
+  double ce_gbps, ce_local_gbps; /* copy engine: what copies reach over a link (0: intra_gbps), inside a GPU */
+  double ce_lat_us, ce_sync_us;  /* a copy's start on its stream; each barrier of a copy-engine call */
+  double read_gbps, tb_read_gbps; /* pulls: what a link delivers to reads (0: intra_gbps), what one TB reads */
+  double pull_sync_us;           /* a pulling call's start and end handshakes, together */
   int nlinks;
 } Topo;
 

@@ -15,7 +15,8 @@
 /* The numeric fields of a Topo a user may set, in topo:params() order. */
 #define TOPO_FIELDS(X)                                                                                      \
   X(intra_gbps) X(intra_lat_us) X(nic_gbps) X(nic_lat_us) X(alpha_us) X(tb_gbps) X(tb_reduce_gbps) X(intra_sat) \
-      X(nic_sat) X(intra_gamma) X(nic_gamma)
+      X(nic_sat) X(intra_gamma) X(nic_gamma) X(ce_gbps) X(ce_local_gbps) X(ce_lat_us) X(ce_sync_us)            \
+          X(read_gbps) X(tb_read_gbps) X(pull_sync_us)
 
 static const char *const topo_keys[] = {"name", "model", "nodes", "gpn", "gpus_per_nic", "switched",
 #define NAME(f) #f,
@@ -25,7 +26,7 @@ static const char *const topo_keys[] = {"name", "model", "nodes", "gpn", "gpus_p
 
 static int l_topo_params(lua_State *L) {
   Topo *t = checktopo(L, 1);
-  lua_createtable(L, 0, 16);
+  lua_createtable(L, 0, 24);
   lua_pushstring(L, t->spec), lua_setfield(L, -2, "name");
   lua_pushstring(L, t->model), lua_setfield(L, -2, "model");
   lua_pushinteger(L, t->nnodes), lua_setfield(L, -2, "nodes");

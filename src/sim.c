@@ -28,6 +28,20 @@
 ** L(z) for driving one link with more TBs than it needs. A flow runs at the
 ** smallest of its TB's rate and its links' shares (a one-level max-min).
 **
+** Copy-engine copies (Plan.ce) run on a stream per (source, destination)
+** GPU pair, in the runtime's queue order: those that wait for no counter,
+** then the others. A copy moves all its micro-batches at once, or, when it
+** waits for a counter (CeCopy.after: its source's writer finished the
+** micro-batch on every instance) or posts a flag (a reduction waits for the
+** micro-batch to land), one at a time; each piece costs ce_lat_us to start,
+** then flows over the route with no TB cap (a local copy: a pass at
+** ce_local_gbps). A pull (Prim.pull) is its TB's own flow from the sender's
+** GPU, capped at tb_read_gbps, ending when the data has come back.
+** A link delivers the least ceiling of the traffic it carries: intra_gbps
+** (less the penalty) for TBs' stores, ce_gbps for copies, read_gbps for
+** reads. A call with copies pays two barriers (2 ce_sync_us), a pulling one
+** its two handshakes (pull_sync_us).
+**
 ** Busy time is alpha plus data movement; idle time is time blocked. A TB
 ** lives from 0 to the end of its last call; afterwards it is released.
 */
@@ -40,6 +54,7 @@
 
 enum { EV_STEP, EV_FLOW, EV_ARRIVE };
 enum { TS_BLOCKED, TS_ALPHA, TS_FLOW, TS_LOCAL, TS_DONE };
+enum { FK_PUSH, FK_CE, FK_READ, NFK }; /* who drives a flow: a TB's stores, a copy engine, a TB's reads */
 
 typedef struct {
   double t;
@@ -53,25 +68,32 @@ typedef struct {
   const Topo *tp;
   SimOpts o;
   int K, M, NP, NT, NC;          /* instances, micro-batches, prims, TBs and connections per instance */
+  int NG, NA;                    /* TBs (K*NT); agents: the TBs, then the copy streams */
   double chunk_bytes;            /* one chunk of one instance */
   int *ord, *ntask;              /* per task: index among its connection's tasks; per connection: count */
   int *done;                     /* per prim (K*NP): micro-batches finished */
   int *arrived, *sent, *popped;  /* per connection (K*NC), in tiles */
+  int *cewait;                   /* per prim (NP): the flag of the copy it reduces, or -1 */
+  int *landed;                   /* per flag: micro-batches its copy has landed */
+  int *poster;                   /* per counter: the prim (NP) that posts it */
+  int *sq, *sq_off;              /* per copy stream: its copies (Plan.ce) in queue order */
   double *tsent;                 /* per connection and FIFO slot: when the tile in it started to flow */
-  /* per TB (K*NT) */
+  /* per agent (NA): a stream's cur indexes its copies */
   int *cur, *mb, *next;
   char *state;
   double *since, *t0, *busy, *idle, *end;
   int *head;                     /* waiters per resource: prim, connection data, connection space */
-  /* flows: at most one per TB, indexed by TB */
+  /* flows: at most one per agent, indexed by agent */
   double *rem, *rate, *tlast, *cap, *fbytes;
   unsigned *ver;
-  int *path, *npath, *lpos;      /* per TB: up to TOPO_MAXHOP links, position in each link's list */
+  char *fkind;                   /* FK_ kind */
+  int *path, *npath, *lpos;      /* up to TOPO_MAXHOP links, position in each link's list */
   /* links, by topology id */
   int nl;
   char *lseen;
   double *bw, *lat, *sat, *gamma, *share, *lbytes, *lactive, *lsince;
   int **lflows, *nlf, *caplf;
+  int *nkind;                    /* per link and FK_ kind: flows */
   int *stamp, stampv;
   int *dirty, ndirty, capdirty;  /* links whose flows changed at the current time */
   char *isdirty;
@@ -136,18 +158,25 @@ static int dbl_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A link's ceiling for copies or reads: their own rate, or the link's. */
+static double ceiling(double gbps, double bw) { return gbps > 0 ? gbps * 1e3 : bw; }
+
 /*
 ** Water level of link l: every flow capped below it keeps its cap, the rest
-** split what is left equally. The penalty shrinks the total first.
+** split what is left equally. The total is the least ceiling of the kinds
+** of flow on the link; the penalty shrinks the TBs' stores' ceiling first.
 */
 static void link_share(Sim *s, int l) {
-  int n = s->nlf[l];
+  int n = s->nlf[l], np = s->nkind[l * NFK + FK_PUSH];
   if (n == 0) {
     s->share[l] = INF;
     return;
   }
-  double total = s->bw[l];
-  if (s->sat[l] > 0 && s->gamma[l] > 0 && n > s->sat[l]) total /= 1 + s->gamma[l] * log2(n / s->sat[l]);
+  double push = s->bw[l], total = INF;
+  if (s->sat[l] > 0 && s->gamma[l] > 0 && np > s->sat[l]) push /= 1 + s->gamma[l] * log2(np / s->sat[l]);
+  if (np) total = push;
+  if (s->nkind[l * NFK + FK_CE]) total = fmin(total, ceiling(s->tp->ce_gbps, s->bw[l]));
+  if (s->nkind[l * NFK + FK_READ]) total = fmin(total, ceiling(s->tp->read_gbps, s->bw[l]));
   double caps[64], *c = n <= 64 ? caps : xmalloc((size_t)n * sizeof *c);
   for (int i = 0; i < n; i++) c[i] = s->cap[s->lflows[l][i]];
   qsort(c, (size_t)n, sizeof *c, dbl_cmp);
@@ -202,9 +231,10 @@ static void mark(Sim *s, int l) {
   VEC_PUSH(s->dirty, s->ndirty, s->capdirty, l);
 }
 
-static void flow_start(Sim *s, int f, int src, int dst, double bytes, double cap, double now) {
+static void flow_start(Sim *s, int f, int kind, int src, int dst, double bytes, double cap, double now) {
   int *p = s->path + f * TOPO_MAXHOP;
   s->npath[f] = topo_path(s->tp, src, dst, p);
+  s->fkind[f] = (char)kind;
   s->rem[f] = s->fbytes[f] = bytes;
   s->rate[f] = 0;
   s->tlast[f] = now;
@@ -215,6 +245,7 @@ static void flow_start(Sim *s, int f, int src, int dst, double bytes, double cap
     if (s->nlf[l] == 0) s->lsince[l] = now;
     s->lpos[f * TOPO_MAXHOP + k] = s->nlf[l];
     VEC_PUSH(s->lflows[l], s->nlf[l], s->caplf[l], f);
+    s->nkind[l * NFK + kind]++;
     mark(s, l);
   }
 }
@@ -229,6 +260,7 @@ static double flow_end(Sim *s, int f, double now) {
     for (int j = 0; j < s->npath[g]; j++)
       if (s->path[g * TOPO_MAXHOP + j] == l) s->lpos[g * TOPO_MAXHOP + j] = i;
     s->lbytes[l] += s->fbytes[f];
+    s->nkind[l * NFK + s->fkind[f]]--;
     if (s->nlf[l] == 0) s->lactive[l] += now - s->lsince[l];
     if (s->lat[l] > lat) lat = s->lat[l];
     mark(s, l);
@@ -270,8 +302,8 @@ static int rot(const Sim *s, int k, int r) {
 
 static int is_reduce(int kind) { return kind == PR_RRC || kind == PR_RRCS || kind == PR_RRS || kind == PR_REDUCE; }
 
-static double tb_rate(const Sim *s, int kind) {
-  double r = is_reduce(kind) ? s->tp->tb_reduce_gbps : s->tp->tb_gbps;
+static double tb_rate(const Sim *s, const Prim *p) {
+  double r = p->pull ? s->tp->tb_read_gbps : is_reduce(p->kind) ? s->tp->tb_reduce_gbps : s->tp->tb_gbps;
   return r * (1 - s->o.slowdown);
 }
 
@@ -285,7 +317,10 @@ static void wake(Sim *s, int res) {
   s->head[res] = -1;
 }
 
-/* Resource ids: prim k*NP+p; connection data K*NP + c; connection space K*NP + K*NC + c. */
+/* Resource ids: prim k*NP+p; connection data K*NP + c; connection space K*NP + K*NC + c;
+   a copy's flag K*NP + 2*K*NC + f. */
+static int flag_res(const Sim *s, int f) { return s->K * s->NP + 2 * s->K * s->NC + f; }
+
 static void tb_data(Sim *s, int g, double now);
 
 static void tb_try(Sim *s, int g, double now) {
@@ -293,11 +328,12 @@ static void tb_try(Sim *s, int g, double now) {
   if (s->cur[g] >= tb_len(s, g)) return;
   const Plan *pl = s->pl;
   const Prim *p = tb_prim(s, g);
-  int k = g / s->NT, m = s->mb[g];
+  int k = g / s->NT, m = s->mb[g], f = s->cewait[p - pl->p];
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++) {
     int q = k * s->NP + pl->wait[j];
     if (s->done[q] < m + 1) return block(s, g, q);
   }
+  if (f >= 0 && s->landed[f] < m + 1) return block(s, g, flag_res(s, f));
   if (p->cin >= 0) {
     int c = k * s->NC + p->cin;
     if (s->arrived[c] <= tile_index(s, p->tin, p->cin, m)) return block(s, g, s->K * s->NP + c);
@@ -317,13 +353,16 @@ static void tb_try(Sim *s, int g, double now) {
 static void tb_data(Sim *s, int g, double now) {
   const Prim *p = tb_prim(s, g);
   int k = g / s->NT;
-  double bytes = tile_bytes(s, p), rate = tb_rate(s, p->kind);
-  if (p->cout >= 0) {
+  double bytes = tile_bytes(s, p), rate = tb_rate(s, p);
+  if (p->pull) { /* it reads the sender's buffer over the link itself */
+    s->state[g] = TS_FLOW;
+    flow_start(s, g, FK_READ, rot(s, k, s->pl->dag.t[p->tin].src), rot(s, k, p->rank), bytes, rate, now);
+  } else if (p->cout >= 0) {
     int c = k * s->NC + p->cout;
     s->tsent[(size_t)c * s->o.depth + s->sent[c]++ % s->o.depth] = now;
     const Conn *cn = &s->pl->conn[p->cout];
     s->state[g] = TS_FLOW;
-    flow_start(s, g, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
+    flow_start(s, g, FK_PUSH, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
   } else {
     double from = now, pass = rate > 0 ? bytes / (rate * 1e3) : 0;
     if (p->cin >= 0 && s->o.gpu && p->direct) { /* a put landed: counted, or reduced where it is */
@@ -339,6 +378,8 @@ static void tb_data(Sim *s, int g, double now) {
     ev_push(s, from + pass > now ? from + pass : now, EV_STEP, g, 0);
   }
 }
+
+static void next_call(Sim *s, int g, int len, double now);
 
 /* A call finished: free its input slot, count the micro-batch, move on. */
 static void tb_finish(Sim *s, int g, double now) {
@@ -357,15 +398,113 @@ static void tb_finish(Sim *s, int g, double now) {
   s->done[k * s->NP + pi]++;
   wake(s, k * s->NP + pi);
   tb_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
+  next_call(s, g, tb_len(s, g), now);
+}
+
+/* --------------------------------------------------------- copy streams */
+
+static int cs_len(const Sim *s, int g) { return s->sq_off[g - s->NG + 1] - s->sq_off[g - s->NG]; }
+
+static const CeCopy *cs_copy(const Sim *s, int g) { return &s->pl->ce[s->sq[s->sq_off[g - s->NG] + s->cur[g]]]; }
+
+/* A copy that waits for a counter or posts a flag goes a micro-batch at a time. */
+static int cs_each(const CeCopy *c) { return c->flag >= 0 || c->after >= 0; }
+
+static void cs_try(Sim *s, int g, double now) {
+  if (s->state[g] != TS_BLOCKED || s->cur[g] >= cs_len(s, g)) return;
+  const CeCopy *c = cs_copy(s, g);
+  for (int k = 0; c->after >= 0 && k < s->K; k++) { /* its source's writer counted every instance */
+    int q = k * s->NP + s->poster[c->after];
+    if (s->done[q] < s->mb[g] + 1) return block(s, g, q);
+  }
+  s->idle[g] += now - s->since[g];
+  s->t0[g] = now;
+  s->state[g] = TS_ALPHA;
+  ev_push(s, now + s->tp->ce_lat_us, EV_STEP, g, 0);
+}
+
+/* After the copy's start: its piece flows to the peer, or is copied locally. */
+static void cs_data(Sim *s, int g, double now) {
+  const CeCopy *c = cs_copy(s, g);
+  double bytes = c->cnt * s->chunk_bytes * s->K / (cs_each(c) ? s->M : 1), r = s->tp->ce_local_gbps;
+  if (c->src != c->dst) {
+    s->state[g] = TS_FLOW;
+    flow_start(s, g, FK_CE, c->src, c->dst, bytes, 0, now);
+    return;
+  }
+  s->state[g] = TS_LOCAL;
+  ev_push(s, now + (r > 0 ? bytes / (r * 1e3) : 0), EV_STEP, g, 0);
+}
+
+/* A piece landed: post its flag, move on. */
+static void cs_finish(Sim *s, int g, double now) {
+  const CeCopy *c = cs_copy(s, g);
+  s->busy[g] += now - s->t0[g];
+  if (c->flag >= 0) {
+    s->landed[c->flag]++;
+    wake(s, flag_res(s, c->flag));
+  }
+  if (!cs_each(c) || ++s->mb[g] == s->M) s->mb[g] = 0, s->cur[g]++;
+  next_call(s, g, cs_len(s, g), now);
+}
+
+/*
+** Streams: one per (source, destination) GPU pair that copies, its copies
+** in the runtime's queue order (those that wait for no counter first). Also
+** who posts each counter and which flag each reduction waits for.
+*/
+static void cs_build(Sim *s) {
+  const Plan *pl = s->pl;
+  int R = pl->prog->nranks, *id = NULL, *of = xmalloc(((size_t)pl->nce + 1) * sizeof *of);
+  s->sq = xmalloc(((size_t)pl->nce + 1) * sizeof *s->sq);
+  s->sq_off = xcalloc((size_t)pl->nce + 2, sizeof *s->sq_off);
+  if (pl->nce) {
+    id = xmalloc((size_t)R * (size_t)R * sizeof *id);
+    memset(id, 0xff, (size_t)R * (size_t)R * sizeof *id);
+  }
+  int ns = 0;
+  for (int i = 0; i < pl->nce; i++) {
+    int *d = &id[pl->ce[i].src * R + pl->ce[i].dst];
+    if (*d < 0) *d = ns++;
+    of[i] = *d;
+    s->sq_off[*d + 1]++;
+  }
+  for (int j = 0; j < ns; j++) s->sq_off[j + 1] += s->sq_off[j];
+  int *fill = xmalloc(((size_t)ns + 1) * sizeof *fill);
+  memcpy(fill, s->sq_off, (size_t)ns * sizeof *fill);
+  for (int after = 0; after < 2; after++)
+    for (int i = 0; i < pl->nce; i++)
+      if ((pl->ce[i].after >= 0) == after) s->sq[fill[of[i]]++] = i;
+  s->NA = s->NG + ns;
+  s->cewait = xmalloc(((size_t)pl->np + 1) * sizeof *s->cewait);
+  for (int i = 0; i < pl->np; i++) s->cewait[i] = -1;
+  for (int i = 0; i < pl->nce; i++)
+    if (pl->ce[i].flag >= 0) s->cewait[pl->task_recv[pl->ce[i].task]] = pl->ce[i].flag;
+  s->poster = xmalloc(((size_t)pl->nceposts + 1) * sizeof *s->poster);
+  for (int i = 0; i < pl->np; i++)
+    if (pl->p[i].cepost >= 0) s->poster[pl->p[i].cepost] = i;
+  s->landed = xcalloc((size_t)pl->nceflags + 1, sizeof *s->landed);
+  free(id), free(of), free(fill);
+}
+
+/* ---------------------------------------------------------------- agents */
+
+static void try_start(Sim *s, int g, double now) {
+  if (g < s->NG) tb_try(s, g, now);
+  else cs_try(s, g, now);
+}
+
+/* Agent g ended a call; at `len` calls it is done, else it tries its next. */
+static void next_call(Sim *s, int g, int len, double now) {
   s->since[g] = now;
-  if (s->cur[g] >= tb_len(s, g)) {
+  if (s->cur[g] >= len) {
     s->state[g] = TS_DONE;
     s->end[g] = now;
     s->finished++;
     return;
   }
   s->state[g] = TS_BLOCKED;
-  tb_try(s, g, now);
+  try_start(s, g, now);
 }
 
 /* ------------------------------------------------------------------ run */
@@ -375,12 +514,18 @@ double coll_busbw_factor(Coll c, int n) {
   return c == COLL_ALLREDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
-/* Describe a TB that never finished, for the stall error. */
+/* Describe a TB (or a copy stream) that never finished, for the stall error. */
 static rcStatus stalled(const Sim *s, Err *e) {
   int g = 0;
   while (s->state[g] == TS_DONE) g++;
-  const Prim *p = tb_prim(s, g);
   char at[300];
+  if (g >= s->NG) {
+    const CeCopy *c = cs_copy(s, g);
+    plan_task_where(s->pl, c->task, at, sizeof at);
+    return err_set(e, RC_EDEADLOCK, "%s: simulation stalled: the copy engine's copy from rank %d to rank %d, "
+                   "micro-batch %d, never becomes ready", at, c->src, c->dst, s->mb[g]);
+  }
+  const Prim *p = tb_prim(s, g);
   plan_task_where(s->pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
   return err_set(e, RC_EDEADLOCK,
                  "%s: simulation stalled (%s execution, FIFO depth %d): rank %d tb %d at %s, micro-batch %d, "
@@ -397,17 +542,19 @@ static void sim_free_state(Sim *s) {
   free(s->lat), free(s->sat), free(s->gamma), free(s->share), free(s->lbytes), free(s->lactive), free(s->lsince);
   for (int l = 0; s->lflows && l < s->nl; l++) free(s->lflows[l]);
   free(s->lflows), free(s->nlf), free(s->caplf), free(s->stamp), free(s->heap), free(s->runq);
-  free(s->dirty), free(s->isdirty);
+  free(s->dirty), free(s->isdirty), free(s->fkind), free(s->nkind), free(s->cewait), free(s->landed);
+  free(s->poster), free(s->sq), free(s->sq_off);
 }
 
+/* The call's time: the end of its TBs and copies, then its copies' barriers and its pulls' handshakes. */
 static void collect(Sim *s, SimResult *r) {
   const Plan *pl = s->pl;
-  int R = pl->prog->nranks, NG = s->K * s->NT;
+  int R = pl->prog->nranks, NG = s->NG;
   double T = 0;
-  for (int g = 0; g < NG; g++)
+  for (int g = 0; g < s->NA; g++)
     if (s->end[g] > T) T = s->end[g];
-  r->time_us = T;
-  r->algbw = T > 0 ? s->o.size / T / 1e3 : 0;
+  r->time_us = T + (pl->nce ? 2 * s->tp->ce_sync_us : 0) + (pl->npulls ? s->tp->pull_sync_us : 0);
+  r->algbw = r->time_us > 0 ? s->o.size / r->time_us / 1e3 : 0;
   r->busbw = r->algbw * coll_busbw_factor(pl->prog->coll, R);
   r->tbs_per_rank_max = s->K * plan_tbs_max(pl);
   r->ntb = NG;
@@ -433,6 +580,30 @@ static void collect(Sim *s, SimResult *r) {
   r->events = s->events;
 }
 
+/* The GPU runtime is one process on one node: its copy engines and its
+   pulls reach only that node's GPUs. */
+static rcStatus one_node(const Plan *pl, Err *e) {
+  int gpn = pl->topo->gpn;
+  char at[300];
+  for (int i = 0; i < pl->nce; i++) {
+    const CeCopy *c = &pl->ce[i];
+    if (c->src / gpn == c->dst / gpn) continue;
+    plan_task_where(pl, c->task, at, sizeof at);
+    return err_set(e, RC_EINVAL, "%s: a copy-engine copy from rank %d to rank %d crosses nodes (%s): the GPU runtime "
+                   "runs on one node, where copy engines reach only its GPUs; compile without --ce", at, c->src,
+                   c->dst, pl->topo->spec);
+  }
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *p = &pl->p[i];
+    int src = p->pull ? pl->dag.t[p->tin].src : p->rank;
+    if (src / gpn == p->rank / gpn) continue; /* not a pull, or one inside a node */
+    plan_task_where(pl, p->tin, at, sizeof at);
+    return err_set(e, RC_EINVAL, "%s: rank %d pulls from rank %d, on another node (%s): the GPU runtime runs on one "
+                   "node, where reads reach only its GPUs; compile without --pull", at, p->rank, src, pl->topo->spec);
+  }
+  return RC_OK;
+}
+
 rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   memset(r, 0, sizeof *r);
   if (!pl->verified) return err_set(e, RC_EINVAL, "the plan is not verified; refusing to simulate it");
@@ -444,6 +615,7 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   if (pl->buffered && o->depth < BUFFERED_TILES)
     return err_set(e, RC_EINVAL, "%s TBs need connections that buffer two tiles: simulate with depth >= 2",
                    pl->opt.tb == TB_MANUAL ? "hand-placed" : "merged");
+  RC_CHECK(one_node(pl, e));
   const Program *prog = pl->prog;
   Sim s = {.pl = pl, .tp = pl->topo, .o = *o, .K = o->instances, .NP = pl->np, .NT = pl->ntbs, .NC = pl->nconn};
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;
@@ -454,7 +626,10 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   else s.M = o->nmicro > 0 ? o->nmicro : (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
   if (s.chunk_bytes / s.M < 1) return err_set(e, RC_ESIZE, "size %.0f bytes is too small for %d micro-batches of "
                                                            "%d chunks", o->size, s.M, prog->chunks);
-  int K = s.K, NG = K * s.NT, NCK = K * s.NC, NPK = K * s.NP;
+  int K = s.K, NCK = K * s.NC, NPK = K * s.NP;
+  s.NG = K * s.NT;
+  cs_build(&s);
+  int NA = s.NA;
   s.ord = xmalloc(((size_t)pl->dag.n + 1) * sizeof(int));
   s.ntask = xcalloc((size_t)s.NC + 1, sizeof(int));
   /* A connection's tasks, numbered in the order its sending TB runs them (the
@@ -469,28 +644,29 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.sent = xcalloc((size_t)NCK + 1, sizeof(int));
   s.popped = xcalloc((size_t)NCK + 1, sizeof(int));
   s.tsent = xcalloc(((size_t)NCK + 1) * (size_t)o->depth, sizeof(double));
-  s.cur = xcalloc((size_t)NG + 1, sizeof(int));
-  s.mb = xcalloc((size_t)NG + 1, sizeof(int));
-  s.next = xcalloc((size_t)NG + 1, sizeof(int));
-  s.state = xcalloc((size_t)NG + 1, 1);
-  s.since = xcalloc((size_t)NG + 1, sizeof(double));
-  s.t0 = xcalloc((size_t)NG + 1, sizeof(double));
-  s.busy = xcalloc((size_t)NG + 1, sizeof(double));
-  s.idle = xcalloc((size_t)NG + 1, sizeof(double));
-  s.end = xcalloc((size_t)NG + 1, sizeof(double));
-  int nres = NPK + 2 * NCK;
+  s.cur = xcalloc((size_t)NA + 1, sizeof(int));
+  s.mb = xcalloc((size_t)NA + 1, sizeof(int));
+  s.next = xcalloc((size_t)NA + 1, sizeof(int));
+  s.state = xcalloc((size_t)NA + 1, 1);
+  s.since = xcalloc((size_t)NA + 1, sizeof(double));
+  s.t0 = xcalloc((size_t)NA + 1, sizeof(double));
+  s.busy = xcalloc((size_t)NA + 1, sizeof(double));
+  s.idle = xcalloc((size_t)NA + 1, sizeof(double));
+  s.end = xcalloc((size_t)NA + 1, sizeof(double));
+  int nres = NPK + 2 * NCK + pl->nceflags;
   s.head = xmalloc(((size_t)nres + 1) * sizeof(int));
   memset(s.head, 0xff, ((size_t)nres + 1) * sizeof(int));
-  s.rem = xcalloc((size_t)NG + 1, sizeof(double));
-  s.rate = xcalloc((size_t)NG + 1, sizeof(double));
-  s.tlast = xcalloc((size_t)NG + 1, sizeof(double));
-  s.cap = xcalloc((size_t)NG + 1, sizeof(double));
-  s.fbytes = xcalloc((size_t)NG + 1, sizeof(double));
-  s.ver = xcalloc((size_t)NG + 1, sizeof(unsigned));
-  s.path = xcalloc(((size_t)NG + 1) * TOPO_MAXHOP, sizeof(int));
-  s.npath = xcalloc((size_t)NG + 1, sizeof(int));
-  s.lpos = xcalloc(((size_t)NG + 1) * TOPO_MAXHOP, sizeof(int));
-  s.stamp = xcalloc((size_t)NG + 1, sizeof(int));
+  s.rem = xcalloc((size_t)NA + 1, sizeof(double));
+  s.rate = xcalloc((size_t)NA + 1, sizeof(double));
+  s.tlast = xcalloc((size_t)NA + 1, sizeof(double));
+  s.cap = xcalloc((size_t)NA + 1, sizeof(double));
+  s.fbytes = xcalloc((size_t)NA + 1, sizeof(double));
+  s.ver = xcalloc((size_t)NA + 1, sizeof(unsigned));
+  s.path = xcalloc(((size_t)NA + 1) * TOPO_MAXHOP, sizeof(int));
+  s.npath = xcalloc((size_t)NA + 1, sizeof(int));
+  s.lpos = xcalloc(((size_t)NA + 1) * TOPO_MAXHOP, sizeof(int));
+  s.stamp = xcalloc((size_t)NA + 1, sizeof(int));
+  s.fkind = xcalloc((size_t)NA + 1, 1);
   s.nl = pl->topo->nlinks;
   s.lseen = xcalloc((size_t)s.nl + 1, 1);
   s.isdirty = xcalloc((size_t)s.nl + 1, 1);
@@ -499,32 +675,39 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.lflows = xcalloc((size_t)s.nl + 1, sizeof(int *));
   s.nlf = xcalloc((size_t)s.nl + 1, sizeof(int));
   s.caplf = xcalloc((size_t)s.nl + 1, sizeof(int));
+  s.nkind = xcalloc((size_t)s.nl * NFK + 1, sizeof(int));
 
-  for (int g = 0; g < NG; g++) tb_try(&s, g, 0);
+  for (int g = 0; g < NA; g++) try_start(&s, g, 0);
   for (double now = 0;;) {
     if (s.ndirty && (s.nheap == 0 || s.heap[0].t > now)) reshare(&s, now);
     if (s.nheap == 0) break;
     Ev ev = ev_pop(&s);
     now = ev.t;
     s.events++;
-    int g = ev.id;
+    int g = ev.id, tb = g < s.NG;
     if (ev.kind == EV_FLOW) {
       if (ev.ver != s.ver[g]) continue; /* the flow's rate changed since */
-      const Prim *p = tb_prim(&s, g);
       double lat = flow_end(&s, g, ev.t);
-      ev_push(&s, ev.t + lat, EV_ARRIVE, g / s.NT * s.NC + p->cout, 0);
-      tb_finish(&s, g, ev.t);
+      if (tb && !tb_prim(&s, g)->pull) {
+        ev_push(&s, ev.t + lat, EV_ARRIVE, g / s.NT * s.NC + tb_prim(&s, g)->cout, 0);
+        tb_finish(&s, g, ev.t);
+      } else { /* a copy or a read ends when its last bytes have come */
+        s.state[g] = TS_LOCAL;
+        ev_push(&s, ev.t + lat, EV_STEP, g, 0);
+      }
     } else if (ev.kind == EV_ARRIVE) {
       s.arrived[ev.id]++;
       wake(&s, NPK + ev.id);
     } else if (s.state[g] == TS_ALPHA) {
-      tb_data(&s, g, ev.t);
+      if (tb) tb_data(&s, g, ev.t);
+      else cs_data(&s, g, ev.t);
     } else {
-      tb_finish(&s, g, ev.t);
+      if (tb) tb_finish(&s, g, ev.t);
+      else cs_finish(&s, g, ev.t);
     }
-    while (s.nrun > 0) tb_try(&s, s.runq[--s.nrun], ev.t);
+    while (s.nrun > 0) try_start(&s, s.runq[--s.nrun], ev.t);
   }
-  rcStatus rc = s.finished == NG ? RC_OK : stalled(&s, e);
+  rcStatus rc = s.finished == NA ? RC_OK : stalled(&s, e);
   if (rc == RC_OK) collect(&s, r);
   sim_free_state(&s);
   free(s.slice);

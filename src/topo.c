@@ -37,15 +37,22 @@ typedef struct {
   double intra_gbps, intra_lat_us, nic_gbps, nic_lat_us;
   double alpha_us, tb_gbps, tb_reduce_gbps;
   double intra_sat, nic_sat, intra_gamma, nic_gamma;
+  double ce_gbps, ce_local_gbps, ce_lat_us, ce_sync_us, read_gbps, tb_read_gbps, pull_sync_us;
 } Preset;
 
 static const Preset presets[] = {
-    /* model      gpn sw nic  intra lat   nic   lat  alpha  tb   tbred isat nsat igam ngam */
-    {"a100",       0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
-    {"nvswitch",   0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
-    {"ndv4",       8, 1, 1,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3},
-    {"dgx_h100",   8, 1, 1,   370, 0.7,  45,   2.5,  1.0,  46,  24,   8,   4,  0.1, 0.3},
-    {"h200",       2, 0, 1,   370, 0.7,  0,    0,    1.0,  46,  24,   8,   0,  0.1, 0},
+    /* model      gpn sw nic  intra lat   nic   lat  alpha  tb   tbred isat nsat igam ngam
+                  ce   celocal celat cesync read tbread pullsync */
+    {"a100",       0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3,
+                  265, 900,    1.5,  12,    220,  28,    2.6},
+    {"nvswitch",   0, 1, 2,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3,
+                  265, 900,    1.5,  12,    220,  28,    2.6},
+    {"ndv4",       8, 1, 1,   240, 0.7,  22.5, 2.5,  1.0,  33,  17,   0,   2,  0.1, 0.3,
+                  265, 900,    1.5,  12,    220,  28,    2.6},
+    {"dgx_h100",   8, 1, 1,   370, 0.7,  45,   2.5,  1.0,  46,  24,   8,   4,  0.1, 0.3,
+                  392, 1450,   1.5,  12,    337,  39,    2.6},
+    {"h200",       2, 0, 1,   370, 0.7,  0,    0,    1.0,  46,  24,   8,   0,  0.1, 0,
+                  392, 2100,   1.5,  12,    337,  39,    2.6},
 };
 
 static const char *const KNOWN = "a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N";
@@ -64,7 +71,9 @@ Topo *topo_new(const Topo *desc, Err *e) {
     return err_set(e, RC_ETOPO, "topology '%s': ranks 0 and %d cannot reach each other (no NIC between nodes)",
                    d->spec, d->gpn), NULL;
   if (d->alpha_us < 0 || d->tb_gbps < 0 || d->tb_reduce_gbps < 0 || d->intra_lat_us < 0 || d->nic_lat_us < 0 ||
-      d->intra_sat < 0 || d->nic_sat < 0 || d->intra_gamma < 0 || d->nic_gamma < 0)
+      d->intra_sat < 0 || d->nic_sat < 0 || d->intra_gamma < 0 || d->nic_gamma < 0 || d->ce_gbps < 0 ||
+      d->ce_local_gbps < 0 || d->ce_lat_us < 0 || d->ce_sync_us < 0 || d->read_gbps < 0 || d->tb_read_gbps < 0 ||
+      d->pull_sync_us < 0)
     return err_set(e, RC_ETOPO, "topology '%s': negative latency, bandwidth or penalty", d->spec), NULL;
   Topo *t = xmalloc(sizeof *t);
   *t = *d;
@@ -84,6 +93,8 @@ static Topo *topo_preset(const char *spec, const Preset *p, int nnodes, int gpn,
   d.nic_gbps = p->nic_gbps, d.nic_lat_us = p->nic_lat_us;
   d.alpha_us = p->alpha_us, d.tb_gbps = p->tb_gbps, d.tb_reduce_gbps = p->tb_reduce_gbps;
   d.intra_sat = p->intra_sat, d.nic_sat = p->nic_sat, d.intra_gamma = p->intra_gamma, d.nic_gamma = p->nic_gamma;
+  d.ce_gbps = p->ce_gbps, d.ce_local_gbps = p->ce_local_gbps, d.ce_lat_us = p->ce_lat_us, d.ce_sync_us = p->ce_sync_us;
+  d.read_gbps = p->read_gbps, d.tb_read_gbps = p->tb_read_gbps, d.pull_sync_us = p->pull_sync_us;
   return topo_new(&d, e);
 }
 

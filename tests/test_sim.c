@@ -1,7 +1,8 @@
 /*
 ** test_sim.c — the simulator against closed forms on hand-built programs:
 ** ring all-gather on uniform links, single transfers, a TB's rate cap, fair
-** sharing of a switch port, the contention penalty, instances.
+** sharing of a switch port, the contention penalty, instances, copy-engine
+** copies and pulls.
 */
 #include <math.h>
 #include <setjmp.h>
@@ -30,11 +31,15 @@ static Topo *uniform(int n, int switched, double gbps, double alpha) {
   return t;
 }
 
-static void add(Program *p, int src, int sb, int si, int dst, int db, int di, int step) {
+static void add_op(Program *p, int src, int sb, int si, int dst, int db, int di, int step, int op) {
   Xfer x = {.src = src, .dst = dst, .sidx = si, .didx = di, .cnt = 1, .step = step, .sbuf = (uint8_t)sb,
-            .dbuf = (uint8_t)db, .op = OP_COPY};
+            .dbuf = (uint8_t)db, .op = (uint8_t)op};
   Err e;
   assert_int_equal(prog_add(p, &x, &e), RC_OK);
+}
+
+static void add(Program *p, int src, int sb, int si, int dst, int db, int di, int step) {
+  add_op(p, src, sb, si, dst, db, di, step, OP_COPY);
 }
 
 /* The paper's ring all-gather (Fig. 5a) in place, or all-pairs when ring is 0. */
@@ -52,13 +57,12 @@ static Program *allgather(int n, int ring) {
   return p;
 }
 
-/* Compile for one execution order and simulate. */
-static double simulate_order(const Program *p, const Topo *t, const SimOpts *o, ExecOrder order) {
+/* Compile with these options and simulate; *tbs gets the plan's TBs when not NULL. */
+static double simulate_opt(const Program *p, const Topo *t, const SimOpts *o, const Options *opt, int *tbs) {
   Plan pl;
-  Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_AUTO, .order = order,
-                 .stop_after = ST_VERIFY};
   Err e;
-  assert_int_equal(compile(&pl, p, t, &opt, &e), RC_OK);
+  assert_int_equal(compile(&pl, p, t, opt, &e), RC_OK);
+  if (tbs) *tbs = pl.ntbs;
   SimResult r;
   rcStatus rc = sim_run(&pl, o, &r, &e);
   if (rc != RC_OK) fail_msg("%s", e.msg);
@@ -68,6 +72,13 @@ static double simulate_order(const Program *p, const Topo *t, const SimOpts *o, 
   sim_free(&r);
   plan_free(&pl);
   return time;
+}
+
+/* Compile for one execution order and simulate. */
+static double simulate_order(const Program *p, const Topo *t, const SimOpts *o, ExecOrder order) {
+  Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_AUTO, .order = order,
+                 .stop_after = ST_VERIFY};
+  return simulate_opt(p, t, o, &opt, NULL);
 }
 
 static double simulate(const Program *p, const Topo *t, const SimOpts *o) { return simulate_order(p, t, o, EX_TASK); }
@@ -195,11 +206,105 @@ static void test_stall_is_reported(void **state) {
   topo_free(t);
 }
 
+/* Two ranks' ring all-reduce, out of place: chunk c is reduced on rank c, then copied back. */
+static Program *allreduce2(void) {
+  Program *p = prog_new("ring", COLL_ALLREDUCE, 2, 2, 2);
+  for (int r = 0; r < 2; r++)
+    for (int c = 0; c < 2; c++) add(p, r, BUF_INPUT, c, r, BUF_OUTPUT, c, -1000);
+  for (int r = 0; r < 2; r++) add_op(p, r, BUF_INPUT, 1 - r, 1 - r, BUF_OUTPUT, 1 - r, 0, OP_REDUCE);
+  for (int r = 0; r < 2; r++) add(p, r, BUF_OUTPUT, r, 1 - r, BUF_OUTPUT, r, 1);
+  return p;
+}
+
+/*
+** Copy engine. A two-rank all-gather needs no TB: each copy is one piece
+** (whatever the micro-batches), started in ce_lat and flowing at the link's
+** ceiling for copies, between the call's two barriers. A two-rank ring
+** all-reduce keeps a reducing TB per rank; its copies go a micro-batch at a
+** time, the first hop's before the second's on each stream: 2M pieces, or
+** its reductions' pace when they are slower.
+*/
+static void test_copy_engine(void **state) {
+  (void)state;
+  Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_AUTO, .ce = 1, .stop_after = ST_VERIFY};
+  Topo *t = uniform(2, 0, 100, 3);
+  t->ce_lat_us = 2, t->ce_sync_us = 5;
+  double S = 64 * MB;
+  SimOpts o = {.size = S, .nmicro = 4, .depth = 2, .instances = 1};
+  Program *p = allgather(2, 1);
+  int tbs;
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 5 + 2 + S / 2 / 100e3);
+  assert_int_equal(tbs, 0);
+  t->ce_gbps = 150; /* above what TBs get from the link */
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 5 + 2 + S / 2 / 150e3);
+  prog_free(p);
+  p = allreduce2();
+  opt.inplace = 0;
+  t->ce_gbps = 0, t->tb_reduce_gbps = 200; /* a reduction keeps up with a piece */
+  double piece = 2 + S / 2 / 4 / 100e3;
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 5 + 2 * 4 * piece);
+  assert_int_equal(tbs, 2);
+  /* reductions slower than 3 pieces: the first waits for its piece to land,
+     each second-hop piece for its reduction */
+  t->tb_reduce_gbps = 25;
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 5 + 2 * piece + 4 * (3 + S / 2 / 4 / 25e3));
+  prog_free(p);
+  topo_free(t);
+}
+
+/* Pulls: each rank's one TB reads the peer's block at the least of its TB's
+   read rate and the link's read ceiling; the call pays its handshakes. */
+static void test_pull(void **state) {
+  (void)state;
+  Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_AUTO, .pull = 1,
+                 .stop_after = ST_VERIFY};
+  Topo *t = uniform(2, 0, 100, 3);
+  t->tb_read_gbps = 40, t->read_gbps = 60, t->pull_sync_us = 2.5;
+  double S = 64 * MB;
+  SimOpts o = {.size = S, .nmicro = 2, .depth = 2, .instances = 1};
+  Program *p = allgather(2, 1);
+  int tbs;
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 3 + S / 2 / 40e3 + 2.5);
+  assert_int_equal(tbs, 2);
+  o.instances = 2; /* two TBs read a link that delivers 60 */
+  near(simulate_opt(p, t, &o, &opt, &tbs), 2 * 3 + S / 2 / 60e3 + 2.5);
+  prog_free(p);
+  topo_free(t);
+}
+
+/* The GPU runtime runs on one node: a copy or a pull across nodes is refused. */
+static void test_across_nodes(void **state) {
+  (void)state;
+  Topo d = {0};
+  snprintf(d.spec, sizeof d.spec, "two-nodes");
+  d.nnodes = 2, d.gpn = 1, d.nic_gbps = 25, d.gpus_per_nic = 1;
+  Err e;
+  Topo *t = topo_new(&d, &e);
+  assert_non_null(t);
+  Program *p = allgather(2, 1);
+  const char *want[] = {"a copy-engine copy from rank ", "pulls from rank "};
+  for (int pull = 0; pull < 2; pull++) {
+    Options opt = {.sched = SK_HPDS, .tb = TB_STATE, .inplace = 1, .fuse = FUSE_AUTO, .ce = !pull, .pull = pull,
+                   .stop_after = ST_VERIFY};
+    Plan pl;
+    assert_int_equal(compile(&pl, p, t, &opt, &e), RC_OK);
+    SimResult r;
+    SimOpts o = {.size = MB, .nmicro = 1, .depth = 2, .instances = 1};
+    assert_int_equal(sim_run(&pl, &o, &r, &e), RC_EINVAL);
+    assert_non_null(strstr(e.msg, want[pull]));
+    assert_non_null(strstr(e.msg, "(two-nodes): the GPU runtime runs on one node"));
+    plan_free(&pl);
+  }
+  prog_free(p);
+  topo_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_allgather_closed_form), cmocka_unit_test(test_single_transfer),
       cmocka_unit_test(test_port_sharing_and_penalty), cmocka_unit_test(test_task_level_micro_batches),
       cmocka_unit_test(test_bad_input), cmocka_unit_test(test_stall_is_reported),
+      cmocka_unit_test(test_copy_engine), cmocka_unit_test(test_pull), cmocka_unit_test(test_across_nodes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

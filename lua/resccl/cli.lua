@@ -431,11 +431,11 @@ function M.run(o)
   end
   if plan and not err then
     local sim = require "resccl.sim"
-    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse, order = o.order },
-      sim.SIZE)
-    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches%s)"):format(
-      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro,
-      (o.ce or o.pull) and "; blocks alone: the simulator models no copy engine and no pull" or "") or serr)
+    local s, serr = sim.run("ours", prog, topo, { sched = o.sched, tb = o.tb, fuse = o.fuse, order = o.order,
+      ce = o.ce, pull = o.pull }, sim.SIZE)
+    line("sim", s and ("%s on %s: %.1f us, algbw %.2f GB/s, busbw %.2f GB/s (tiles of %s, %d micro-batches)"):format(
+      sim.fmt_size(sim.SIZE), t.spec, s.time_us, s.algbw_gbps, s.busbw_gbps, sim.fmt_size(s.tile_bytes), s.nmicro)
+      or serr)
   end
   line("result", ok and "PASS" or "FAIL")
   return ok and 0 or 1
@@ -444,15 +444,14 @@ end
 -- -------------------------------------------------------------------- sim
 
 function M.sim(o)
-  if o.ce or o.pull then return usage_error("sim: the simulator models no copy engine and no pull (--ce, --pull)") end
   local sim = require "resccl.sim"
   local sizes = { sim.parse_size(o.size or sim.SIZE) }
   if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)
   elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
   local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
   local alg, prog, topo = build(o)
-  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order,
-    channels = o.channels, ours_channels = tonumber(o.args.channels), tile = tile, depth = o.depth,
+  local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order, ce = o.ce,
+    pull = o.pull, channels = o.channels, ours_channels = tonumber(o.args.channels), tile = tile, depth = o.depth,
     nmicro = tonumber(o.args.nmicro),
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
@@ -495,9 +494,11 @@ function M.sim(o)
     topo:info().spec, prog:info().ranks, sim.fmt_size(tile), u.depth))
   for _, v in ipairs(variants) do
     local x = last[v]
-    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s"):format(v, x.sched, x.tb_policy,
+    print(("# %-6s %s schedule, %s TBs, %s execution, %d instance(s)%s%s%s"):format(v, x.sched, x.tb_policy,
       x.order == "task" and "task-level" or "algorithm-level", x.instances,
-      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or ""))
+      x.slowdown > 0 and (", interpreter -%.1f%%"):format(100 * x.slowdown) or "",
+      x.ce_copies > 0 and (", %d copies on the copy engine"):format(x.ce_copies) or "",
+      x.pulls > 0 and (", %d pulls"):format(x.pulls) or ""))
   end
   print(sim.header())
   for _, r in ipairs(results) do print(sim.row(r)) end

@@ -80,14 +80,15 @@ end
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
----@param o table {sched=, tb=, fuse=, inplace=, order=, channels=, ours_channels=}
+---@param o table {sched=, tb=, fuse=, inplace=, order=, ce=, pull=, channels=, ours_channels=}
 function M.plan(variant, prog, topo, o)
-  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order }
+  local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order, ce = o.ce,
+    pull = o.pull }
   -- ours: one instance, or as the GPU runtime runs it: its channels (each a
   -- slice of every tile) and its micro-batches
   local sopts = { instances = o.ours_channels or 1, gpu = o.ours_channels ~= nil }
   if variant == "msccl" then
-    copts.tb, copts.order = "conn", "algorithm"
+    copts.tb, copts.order, copts.ce, copts.pull = "conn", "algorithm", nil, nil -- MSCCL has neither
     sopts.instances, sopts.slowdown = o.channels or M.MSCCL_CHANNELS, M.MSCCL_SLOWDOWN
   elseif variant == "nccl" then
     local coll = prog:info().collective
@@ -115,6 +116,7 @@ function M.run(variant, prog, topo, o, size)
   if not r then return nil, err end
   local rep = plan:report()
   r.variant, r.sched, r.tb_policy, r.fused = variant, rep.sched, rep.tb_policy, rep.fused
+  r.ce_copies, r.pulls = rep.ce_copies, rep.pulls
   r.slowdown = sopts.slowdown or 0
   r.algorithm = p2 and p2:info().name or prog:info().name
   return r
@@ -166,7 +168,7 @@ function M.write_trace(path, r)
     f:write(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank, tb.tb,
       tb.tb))
   end
-  for _, s in ipairs(r.slices) do
+  for _, s in ipairs(r.slices or {}) do -- none where no TB runs (copy engine alone)
     local tb = r.tbs[s.tb]
     f:write(('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
       '"micro_batch":%d,"subpipeline":%d}},\n'):format(json_str(s.kind), tb.rank, tb.tb, s.t0, s.t1 - s.t0,

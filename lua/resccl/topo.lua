@@ -21,6 +21,18 @@
 --   intra_sat, nic_sat  TBs that saturate the link (0: bandwidth / tb_gbps)
 --   intra_gamma, nic_gamma  contention penalty: with z = TBs on a link / sat
 --                       > 1 the link delivers bandwidth / (1 + gamma log2 z)
+--   ce_gbps             what copy-engine copies (--ce) move over a link in
+--                       all, per direction (0: intra_gbps); not bound by SMs
+--   ce_local_gbps       what a copy engine copies inside one GPU
+--   ce_lat_us           start of one copy (one piece) on its stream
+--   ce_sync_us          each of the two barriers around a call's copies
+--   read_gbps           what pulls (--pull) read over a link in all, per
+--                       direction (0: intra_gbps)
+--   tb_read_gbps        what one TB pulls per second (copying or reducing)
+--   pull_sync_us        a pulling call's start handshake (the peer's kernel
+--                       runs) and end handshake (every peer block done)
+-- A link carrying several kinds of traffic delivers the least of their
+-- ceilings: intra_gbps for TBs' stores, ce_gbps, read_gbps.
 --
 -- a100:NxG — the paper's testbed (Table 2): A100-80GB, NVSwitch with 300 GB/s
 --   per GPU per direction (12 NVLink3 links), 4 x 200 Gb/s RoCE NICs per node,
@@ -40,6 +52,12 @@
 --     and not monotonic in the TB count).
 --   alpha_us 1, intra_lat_us 0.7, nic_lat_us 2.5: estimates; the paper says
 --     inter-node latency is at least 2.5 x intra-node (§4.3).
+--   ce_gbps 265: assumed, h200's share of the line rate (392 of 450) applied
+--     to A100's 300. read_gbps 220: assumed, h200's reads against its
+--     stores (337 / 370) applied to 240. ce_local_gbps 900: assumed, h200's
+--     2100 scaled by HBM bandwidth (A100-80GB 2.0 TB/s, H200 4.8).
+--     tb_read_gbps 28: h200's 39 scaled by the SM clock ratio, as tb_gbps.
+--     ce_lat_us, ce_sync_us, pull_sync_us: h200's (assumed).
 -- nvswitch:G — one node of G GPUs with the a100 numbers (the default for
 --   `ranks=N`).
 -- ndv4:N — Azure NDv4: N nodes of 8 A100 on NVSwitch, 8 x 200 Gb/s HDR
@@ -48,6 +66,8 @@
 --   450 GB/s line rate; SM-driven ring traffic tops out at ~370, nccl.md
 --   §4.2), 8 x 400 Gb/s ConnectX-7 (one per GPU), 45 GB/s each at ~90%.
 --   nic_sat 4: Fig. 4's 400 Gb/s NIC peaks at 4 TBs. TB rates as h200.
+--   Copy engine and pulls as h200 (the same NVLink4 x 18), but
+--   ce_local_gbps 1450: h200's scaled by HBM bandwidth (H100 3.35 TB/s).
 -- h200:2 — the measured server (nccl.md §4.3, §8): two H200 joined by NV18.
 --   intra_gbps 370: SM-driven stores reach 354 with 8 TBs and 370 with 132
 --     (§8.1); nccl-tests' ring plateau is 365-370. The copy engine's 397 is
@@ -59,6 +79,21 @@
 --   intra_gamma 0.1: 12 TBs deliver 314-335 instead of 351 (z = 1.5, -5 to
 --     -11%), 16 deliver 333-344, 32 deliver 350 (§8.4).
 --   alpha_us 1: not fitted yet; tools/calibrate fits it from a bench CSV.
+--   ce_gbps 392: the copy engine, both directions at once (397 one way;
+--     §8.1); `resccl bench` reached 389.5-390.2 from 4 GiB (BENCHMARKS.md).
+--   ce_local_gbps 2100: local device-to-device copies move 4.2 TB/s read +
+--     write (§8.1).
+--   ce_lat_us 1.5: four copies on one stream took 6 us a call in CUDA
+--     graphs (BENCHMARKS.md, "A copy-engine call's fixed cost").
+--   ce_sync_us 12: fitted, with ce_lat_us, to the two-rank all-gather with
+--     no block launched call by call: about 26 us a call in all, 19.0 GB/s
+--     at 1 MiB, 301.7 at 64 MiB, 383.4 at 1 GiB (BENCHMARKS.md, "Copy
+--     engines"); the host's queueing is in it (about 15 CUDA calls).
+--   read_gbps 337: reads over NVLink top out there (tools/probe-pull.cu,
+--     BENCHMARKS.md "Pulls"); 16 and 32 pulling blocks reach it.
+--   tb_read_gbps 39: 8 pulling blocks read and reduce 311 GB/s (probe).
+--   pull_sync_us 2.6: the probe's two barriers at 1 MiB (10.7 against 8.1
+--     us a call).
 local core = require "resccl.core"
 
 local M = {}

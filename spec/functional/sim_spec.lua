@@ -13,11 +13,46 @@ describe("resccl sim", function()
     assert.matches("# ours / msccl at 64 MiB: [%d.]+x busbw, 8 vs 16 TBs per rank", out)
   end)
 
-  it("refuses forms it does not model", function()
-    for _, flag in ipairs { "--ce", "--pull" } do
-      local code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", flag }
-      assert.equal(2, code)
-      assert.matches("models no copy engine and no pull", err)
+  it("times copy-engine and pulling plans as the GPU runtime runs them", function()
+    local function sim(alg, size, flag)
+      local code, out, err = h.cli { "sim", "algorithms/" .. alg .. ".lua", "ranks=2", "topo=h200:2", "channels=16",
+        "--size", size, "--json", flag }
+      assert.equal(0, code, err)
+      return cjson.decode(out).sim
+    end
+    -- 2xH200 measured 382-390 GB/s from 1 GiB with no block; the copy engine's ceiling is 397
+    local ce = sim("allgather_ring", "1G", "--ce")
+    assert.is_true(ce.busbw_gbps > 370 and ce.busbw_gbps < 397, ce.busbw_gbps)
+    assert.equal(0, #ce.tbs)
+    -- at 1 MiB its fixed cost (two barriers, a copy's start) dominates: 19 GB/s measured
+    local small, blocks = sim("allgather_ring", "1M", "--ce"), sim("allgather_ring", "1M")
+    assert.is_true(small.busbw_gbps < blocks.busbw_gbps / 4,
+      ("%g vs %g"):format(small.busbw_gbps, blocks.busbw_gbps))
+    -- a pulling one-shot all-reduce: one TB per rank, under the link's read ceiling (337)
+    local pull = sim("allreduce_allpairs", "1G", "--pull")
+    assert.is_true(pull.busbw_gbps > 300 and pull.busbw_gbps < 337, pull.busbw_gbps)
+    assert.equal(16, pull.tbs_per_rank_max)
+    -- a trace and a timeline with no TB at all
+    local trace, svg = os.tmpname(), os.tmpname()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=2", "--ce", "--trace", trace, "--svg",
+      svg }
+    assert.equal(0, code, err)
+    assert.matches('"name":"end"', h.read(trace))
+    assert.matches("^<svg", h.read(svg))
+    os.remove(trace)
+    os.remove(svg)
+  end)
+
+  it("refuses copies and pulls across nodes, which the GPU runtime cannot make", function()
+    local cases = {
+      { "allgather_ring", "--ce", "allgather_ring.lua:%d+: a copy%-engine copy from rank %d+ to rank %d+ crosses nodes" },
+      { "allreduce_allpairs", "--pull", "allreduce_allpairs.lua:%d+: rank %d+ pulls from rank %d+, on another node" },
+    }
+    for _, c in ipairs(cases) do
+      local code, _, err = h.cli { "sim", "algorithms/" .. c[1] .. ".lua", "topo=a100:2x4", c[2] }
+      assert.equal(1, code)
+      assert.matches(c[3], err)
+      assert.not_matches("traceback", err)
     end
   end)
 
