@@ -5,7 +5,7 @@
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probe-push.cu), what reading the peer's input gives (tools/probe-pull.cu),
 # what a block reduces (tools/probe-reduce.cu) and
-# the benchmarks.
+# the benchmarks (on one GPU: a call's fixed cost, on virtual ranks in graphs).
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
@@ -170,6 +170,18 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
   "$bin" bench algorithms/allreduce_allpairs.lua --from 64M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
     -e "${BMAX:-8G}" -f 2 -n 20 -w 5 >"$out/bench-allreduce.txt" 2>&1 || fail=1 bfail=1
   cat "$out/bench-allreduce.txt"
+  echo "bench: $([ "${bfail:-0}" = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
+elif [ "${BENCH:-1}" = 1 ]; then
+  # One GPU: a call's fixed cost, two virtual ranks in CUDA graphs (no host
+  # time between calls, no link): the same start, waits and ends as on two GPUs.
+  for a in allreduce_allpairs reducescatter_ring allgather_ring "allgather_ring --ce"; do
+    set -- $a
+    f="$out/bench-virtual-$1${2:+-ce}.txt"
+    "$bin" bench "algorithms/$1.lua" ${2:-} ranks=2 --virtual -b 64K -e 4M -f 4 -n 100 -w 10 -G 10 >"$f" 2>&1 ||
+      fail=1 bfail=1
+    echo "== $a, 2 virtual ranks, in graphs"
+    grep -E '^ +[0-9]' "$f"
+  done
   echo "bench: $([ "${bfail:-0}" = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
 fi
 exit $fail
