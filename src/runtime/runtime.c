@@ -948,24 +948,28 @@ resccl_result_t resccl_group_end(void) {
   return rc;
 }
 
-/* Buffers a call needs that grow (and allocate) only outside a CUDA graph
-   capture on c's stream st; `what` says what must grow. */
-/* capturing: a stream of the group's calls is being captured (launch()). */
-static resccl_result_t may_grow(int capturing, const char *what) {
-  if (capturing)
-    return rt_fail(resccl_invalid_usage, "%s, which a CUDA graph capture cannot do: call once at this size before "
-                   "capturing", what);
+/* Buffers a call needs grow (and allocate) only while no stream of the
+   group's calls q[0..n) is captured; `what` says what must grow. */
+static resccl_result_t may_grow(const Call *q, int n, const char *what) {
+  for (int i = 0; i < n; i++) {
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    CU(cudaSetDevice(q[i].comm->cudev));
+    CU(cudaStreamIsCapturing(q[i].stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+      return rt_fail(resccl_invalid_usage, "%s, which a CUDA graph capture cannot do: call once at this size before "
+                     "capturing", what);
+  }
   return resccl_success;
 }
 
 /* The scratch buffer of (v, rank) holds at least `bytes`. A smaller one it
    replaces stays allocated until the plan is unloaded: a call queued in a
    group or a captured graph may still use it. */
-static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, int capturing, char **out) {
+static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, const Call *q, int n, char **out) {
   if (bytes > v->scratch_bytes[c->rank]) {
     char what[80];
     snprintf(what, sizeof what, "scratch memory must grow to %zu bytes", bytes);
-    TRY(may_grow(capturing, what));
+    TRY(may_grow(q, n, what));
     CU(cudaSetDevice(c->cudev));
     TRY(dev_alloc(v, &v->scratch[c->rank], bytes, 0));
     v->scratch_bytes[c->rank] = bytes;
@@ -976,14 +980,14 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, int ca
 
 /* Every GPU's counters (RxArgs.posts) hold a call of nmicro micro-batches.
    Smaller ones stay allocated until unload, as scratch does. */
-static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, int capturing) {
+static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, const Call *q, int n) {
   size_t words = nmicro * (size_t)v->ncounters;
   if (words <= v->post_words) return resccl_success;
   if (words > (size_t)1 << 28)
     return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->ncounters);
   char what[80];
   snprintf(what, sizeof what, "copy-engine counters must grow to %zu micro-batches", nmicro);
-  TRY(may_grow(capturing, what));
+  TRY(may_grow(q, n, what));
   words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
@@ -995,8 +999,9 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, int 
 
 /* What call c needs of the form it runs, c->v (launch(): after a collective
    called apart fell back to the first form): a count its chunks split where
-   the form needs that, micro-batches, slices, counters and scratch. */
-static resccl_result_t shape(Call *c, int capturing) {
+   the form needs that, micro-batches, slices, counters and scratch. q[0..n):
+   the group's calls, c among them. */
+static resccl_result_t shape(Call *c, const Call *q, int n) {
   Variant *v = c->v;
   const RtPlan *p = c->plan;
   size_t count = c->count, es = c->esize;
@@ -1025,9 +1030,9 @@ static resccl_result_t shape(Call *c, int capturing) {
     return rt_fail(resccl_invalid_usage, "%s: %zu elements would take %zu micro-batches (at most %u): raise "
                    "RESCCL_SLOT_BYTES", p->coll, count, nm, 1u << 20);
   c->nmicro = (int)(nm < 1 ? 1 : nm);
-  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, capturing));
+  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, q, n));
   if (v->bufchunks[2])
-    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, capturing, &c->buf[2]));
+    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, q, n, &c->buf[2]));
   return resccl_success;
 }
 
@@ -1251,15 +1256,7 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_invalid_usage, "%s: %d ranks share GPU %d; call them all between resccl_group_start and "
                    "resccl_group_end", c->plan->coll, want, g->dev[c->comm->d]);
   }
-  int capturing = 0; /* memory cannot grow while a stream of the group is captured */
-  for (int i = 0; i < n && rc == resccl_success; i++) {
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaSetDevice(calls[i].comm->cudev) != cudaSuccess || cudaStreamIsCapturing(calls[i].stream, &cap) != cudaSuccess)
-      rc = rt_fail(resccl_unhandled_cuda_error, "%s: cannot query the stream of rank %d", calls[i].plan->coll,
-                   calls[i].comm->rank);
-    capturing |= cap != cudaStreamCaptureStatusNone;
-  }
-  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i], capturing);
+  for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i], calls, n);
   for (int i = 0; i < n && rc == resccl_success; i++) {
     GqSig sig = sig_of(&calls[i]);
     if (first[i] == i) gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
