@@ -26,8 +26,8 @@ if [ "$mode" = build ]; then
   "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks=2 --pull --plan "$tmp/allreduce-pull.plan"
   # Copies that name a flag twice, reach past their buffer, wait for a counter while a reduction waits
   # for them, or name a counter the plan does not have or its kernel never posts, and pulls the
-  # kernel's source disowns or that it makes unannounced, and another version (its kernel's
-  # structures may differ), make a file the runtime refuses.
+  # kernel's source disowns or that it makes unannounced, a negative TB count, and another version
+  # (its kernel's structures may differ), make a file the runtime refuses.
   for bad in 'reducescatter-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 0 -1/|copies' \
     'reducescatter-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 1 0 1 0 2 1 -1/|copies' \
     'allreduce-ce|s/^1 0 0 0 1 0 1 1 -1$/1 0 0 0 1 0 1 1 0/|copies' \
@@ -35,6 +35,7 @@ if [ "$mode" = build ]; then
     'allreduce-ce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/;s/^counters 2$/counters 3/|counters' \
     'allreduce-ce|s/^pulls 0$/pulls 1/|pulls' \
     'allreduce-pull|s/^pulls 2$/pulls 0/|pulls' \
+    'allreduce-pull|s/^tbs 1 1$/tbs -1 1/|tbs' \
     'allreduce-pull|s/^resccl-plan [0-9]*$/resccl-plan 5/|version'; do
     IFS='|'
     set -- $bad
