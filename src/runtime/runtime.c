@@ -228,8 +228,9 @@ void rt_conf_env(RtConf *c) {
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   c->direct = env_int("RESCCL_DIRECT", 1);
   /* On 2xH200 copy-engine all-gathers and all-to-alls moved less than 32
-     blocks' below 16 MiB (two barrier kernels and a copy's start cost about
-     20 us: 127 against 174 GB/s at 8 MiB), about as much from 16 to 64 MiB
+     blocks' below 16 MiB (launched one by one, the host spends about 16 us
+     a GPU queueing two barrier kernels and two copies: 127 against 174 GB/s
+     at 8 MiB), about as much from 16 to 64 MiB
      but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
      from 128 MiB, with no block (BENCHMARKS.md). */
   c->bad_size = NULL;
