@@ -70,9 +70,13 @@ static GqOpen *open_find(const GqOpens *o, unsigned long long seq) {
   return NULL;
 }
 
+int gq_sig_same(const GqSig *a, const GqSig *b) {
+  return a->form == b->form && a->count == b->count && a->dtype == b->dtype && a->op == b->op;
+}
+
 int gq_open_differs(const GqOpens *o, unsigned long long seq, const GqSig *s) {
   const GqOpen *r = open_find(o, seq);
-  return r && (r->sig.form != s->form || r->sig.count != s->count || r->sig.dtype != s->dtype || r->sig.op != s->op);
+  return r && !gq_sig_same(&r->sig, s);
 }
 
 int gq_open_reserve(GqOpens *o, int more) {

@@ -44,6 +44,8 @@ typedef struct GqOpens {
   int n, cap;
 } GqOpens;
 
+/* 1 when two ranks' calls launch the same collective. */
+int gq_sig_same(const GqSig *a, const GqSig *b);
 /* 0 when collective seq agrees with what its ranks launched before (or
    none has), else 1. */
 int gq_open_differs(const GqOpens *o, unsigned long long seq, const GqSig *s);

@@ -1229,10 +1229,12 @@ static resccl_result_t launch(Call *calls, int n) {
     Call *c = &calls[i];
     Group *g = c->comm->g;
     int here = 0, want = 0;
+    GqSig sig = sig_of(c);
     for (int j = 0; j < n && rc == resccl_success; j++) {
       Call *o = &calls[j];
       if (first[j] != first[i]) continue;
-      if (o->v != c->v || o->count != c->count || o->dtype != c->dtype || o->op != c->op)
+      GqSig other = sig_of(o);
+      if (!gq_sig_same(&other, &sig))
         rc = rt_fail(resccl_invalid_usage, "%s: the ranks' collective number %llu differs in collective, count, "
                      "datatype, op or placement (call collectives in the same order on every rank)", c->plan->coll,
                      seq[i] + 1);
@@ -1240,8 +1242,8 @@ static resccl_result_t launch(Call *calls, int n) {
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
     int all = ranks_of(first, n, first[i]);
-    GqSig sig = sig_of(c);
-    if (rc == resccl_success && gq_open_reserve(&g->open, n)) rc = rt_fail(resccl_system_error, "out of memory");
+    if (rc == resccl_success && first[i] == i && gq_open_reserve(&g->open, n))
+      rc = rt_fail(resccl_system_error, "out of memory");
     if (rc == resccl_success && first[i] == i && gq_open_differs(&g->open, seq[i], &sig))
       rc = rt_fail(resccl_invalid_usage, "%s: collective number %llu differs in collective, count, datatype, op or "
                    "placement from what its other ranks launched (call collectives in the same order on every rank)",
@@ -1259,8 +1261,9 @@ static resccl_result_t launch(Call *calls, int n) {
   }
   for (int i = 0; i < n && rc == resccl_success; i++) rc = shape(&calls[i], calls, n);
   for (int i = 0; i < n && rc == resccl_success; i++) {
+    if (first[i] != i) continue;
     GqSig sig = sig_of(&calls[i]);
-    if (first[i] == i) gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
+    gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
   int nlead = gq_order(q, n, first, order, ready, first + 2 * n);
