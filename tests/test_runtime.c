@@ -255,10 +255,13 @@ static void capturing(cudaStream_t *gs, int ngpu, const char *what) {
 /* All-reduce or all-to-all captured once into a CUDA graph per GPU (global
    capture mode), replayed with new inputs, with direct calls before and
    after it: the kernels number the calls themselves, so replays and calls
-   mix (and a plan's copy-engine copies join the capture through events). */
-static void graph_replay(const char *coll, size_t count) {
+   mix (and a plan's copy-engine copies join the capture through events).
+   `grows` > 0: first, in the capture, a call of that count, whose scratch
+   memory would have to grow, is refused, and the capture goes on. */
+static void graph_replay(const char *coll, size_t count, size_t grows) {
   int ngpu = 0, a2a = !strcmp(coll, "alltoall");
   size_t n = a2a ? count * R : count; /* elements of a rank's input and output */
+  size_t room = grows > n ? grows : n;
   for (int r = 0; r < R; r++) ngpu = dev[r] + 1 > ngpu ? dev[r] + 1 : ngpu;
   cudaStream_t gs[MAXR];
   cudaGraph_t graph[MAXR] = {0};
@@ -266,11 +269,21 @@ static void graph_replay(const char *coll, size_t count) {
   float *ibuf[MAXR], *obuf[MAXR], *host = malloc(sizeof(float) * n);
   for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamCreateWithFlags(&gs[d], cudaStreamNonBlocking);
   for (int r = 0; r < R; r++)
-    cudaSetDevice(dev[r]), cudaMalloc((void **)&ibuf[r], sizeof(float) * n), cudaMalloc((void **)&obuf[r], sizeof(float) * n);
+    cudaSetDevice(dev[r]), cudaMalloc((void **)&ibuf[r], sizeof(float) * room), cudaMalloc((void **)&obuf[r], sizeof(float) * room);
   collective(coll, 4099, 0, 1);
   for (int d = 0; d < ngpu; d++) cudaSetDevice(d), cudaStreamBeginCapture(gs[d], cudaStreamCaptureModeGlobal);
   capturing(gs, ngpu, "the capture began");
-  resccl_result_t rc = resccl_group_start();
+  resccl_result_t rc;
+  if (grows) {
+    rc = resccl_group_start();
+    for (int r = 0; r < R && rc == resccl_success; r++)
+      rc = resccl_all_reduce(ibuf[r], obuf[r], grows, resccl_float32, resccl_sum, comm[r], (resccl_stream_t)gs[dev[r]]);
+    resccl_result_t end = resccl_group_end();
+    CHECK(rc == resccl_success && end == resccl_invalid_usage && strstr(resccl_get_last_error(), "CUDA graph capture"),
+          "a captured call whose scratch must grow: %d, %d", rc, end);
+    capturing(gs, ngpu, "a refused call");
+  }
+  rc = resccl_group_start();
   for (int r = 0; r < R && rc == resccl_success; r++)
     rc = a2a ? resccl_all_to_all(ibuf[r], obuf[r], count, resccl_float32, comm[r], (resccl_stream_t)gs[dev[r]])
              : resccl_all_reduce(ibuf[r], obuf[r], count, resccl_float32, resccl_sum, comm[r], (resccl_stream_t)gs[dev[r]]);
@@ -498,7 +511,7 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
   size_ranges(path); /* first: before any plan covers every size */
   for (int c = 0; c < 4; c++)
-    if (plan_runs(argv[2], colls[c], "") == resccl_success && c == 0) graph_replay("allreduce", 1 << 20);
+    if (plan_runs(argv[2], colls[c], "") == resccl_success && c == 0) graph_replay("allreduce", 1 << 20, 0);
   /* Plans compiled with --ce: what waits for nothing goes to the copy
      engine (all of it, for a two-rank all-gather and any all-to-all; the
      puts that a reduce-scatter's or an all-reduce's reductions wait for); a
@@ -507,9 +520,9 @@ int main(int argc, char **argv) {
   static const char *const ce_colls[] = {"allgather", "alltoall", "reducescatter", "allreduce"};
   for (int c = 0; c < 4; c++) {
     if (plan_runs(argv[2], ce_colls[c], "-ce") != resccl_success) continue;
-    if (c == 3) graph_replay("allreduce", 1 << 20); /* copy-engine flags zeroed on the GPU between replays */
+    if (c == 3) graph_replay("allreduce", 1 << 20, 0); /* copy-engine flags zeroed on the GPU between replays */
     if (c == 1) {
-      graph_replay("alltoall", 1 << 18);
+      graph_replay("alltoall", 1 << 18, 0);
       float *buf;
       cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * 2 * (size_t)R);
       resccl_result_t rc = resccl_all_to_all(buf, buf + R, 1, resccl_float32, comm[0], (resccl_stream_t)st[0]);
@@ -525,7 +538,7 @@ int main(int argc, char **argv) {
   static const char *const pull_colls[] = {"allreduce", "reducescatter", "allgather"};
   for (int c = 0; c < 3; c++) {
     if (plan_runs(argv[2], pull_colls[c], "-pull") != resccl_success || c) continue;
-    graph_replay("allreduce", 1 << 20);
+    graph_replay("allreduce", 1 << 20, 0);
     float *buf;
     cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * 2);
     resccl_result_t rc = resccl_all_reduce(buf, buf + 1, 1, resccl_float32, resccl_sum, comm[0], (resccl_stream_t)st[0]);
@@ -574,6 +587,12 @@ int main(int argc, char **argv) {
     apart = 0;
     printf("allreduce      4 MiB pulling in one group, pushing outside a group and in a group per rank\n");
   }
+  /* A one-shot all-reduce pushing through scratch memory sized by its first
+     call: a captured call that needs more is refused, as growing would
+     allocate during the capture. */
+  snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s", path);
+  graph_replay("allreduce", 4099, 1 << 16);
   /* The plain all-reduce again (a ring: no pulling form): the checks below
      call ranks alone. */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
