@@ -4,7 +4,8 @@
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probe-push.cu), what reading the peer's input gives (tools/probe-pull.cu),
-# what a block reduces (tools/probe-reduce.cu) and
+# what a block reduces (tools/probe-reduce.cu), what adding at the destination
+# gives (tools/probe-red.cu) and
 # the benchmarks (on one GPU: a call's fixed cost, on virtual ranks in graphs).
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
@@ -155,6 +156,11 @@ if [ "${BENCH:-1}" = 1 ] && [ -x build-gpu/probe-reduce ] &&
   build-gpu/probe-reduce 256 >"$out/probe-reduce.txt" 2>&1 || fail=1
   cat "$out/probe-reduce.txt"
   took probe-reduce
+  # Adding where the data lands (tools/probe-red.cu): locally, then into the peer.
+  { build-gpu/probe-red 256 && { [ "$ngpu" -lt 2 ] || build-gpu/probe-red 256 peer; }; } >"$out/probe-red.txt" 2>&1 ||
+    fail=1
+  cat "$out/probe-red.txt"
+  took probe-red
 fi
 
 # Bandwidth: nccl-tests' table for each ring collective and the direct
