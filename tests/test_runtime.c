@@ -15,7 +15,8 @@
 ** (error codes and messages), all-gathers called outside a group, in a group
 ** per rank and in groups that hold ranks unevenly (also across two
 ** communicator groups on shared streams), a one-shot all-reduce
-** pulling in a group and pushing apart, and, with
+** pulling in a group and pushing apart, a captured call whose scratch would
+** have to grow refused with the capture going on, and, with
 ** two GPUs or more, that a rank left alone times out instead of hanging.
 ** Exits 77 (skipped) where there is no GPU.
 */
