@@ -80,6 +80,10 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
       CUOK(cudaMalloc((void **)&buf[r * 3 + b], j->elems[b] * j->esize + 16));
       CUOK(cudaMemcpy(buf[r * 3 + b], j->init[r * 3 + b], j->elems[b] * j->esize, cudaMemcpyHostToDevice));
     }
+    /* A copy from pageable memory may return before it lands, and st[r]
+       does not wait for the legacy stream: a late poison would overwrite
+       results. */
+    CUOK(cudaDeviceSynchronize());
   }
   for (int it = 0; it <= j->iters; it++) {
     for (int r = 0; r < R; r++) {

@@ -694,6 +694,9 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run, 1));
     CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
+    /* A copy from pageable memory may return before it lands, and the
+       calls' streams need not wait for the legacy stream it went on. */
+    CU(cudaStreamSynchronize(cudaStreamLegacy));
     v->dev[d].nblocks = nb;
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
