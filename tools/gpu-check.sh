@@ -5,8 +5,9 @@
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probe-push.cu), what reading the peer's input gives (tools/probe-pull.cu),
 # what a block reduces (tools/probe-reduce.cu), what adding at the destination
-# gives (tools/probe-red.cu) and
-# the benchmarks (on one GPU: a call's fixed cost, on virtual ranks in graphs).
+# gives (tools/probe-red.cu) and the benchmarks (on two GPUs or more, NCCL
+# beside them, and the copy engine against the blocks below 64 MiB; on one
+# GPU, a call's fixed cost, on virtual ranks in graphs).
 #   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
@@ -176,6 +177,17 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
   "$bin" bench algorithms/allreduce_allpairs.lua --from 64M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
     -e "${BMAX:-8G}" -f 2 -n 20 -w 5 >"$out/bench-allreduce.txt" 2>&1 || fail=1 bfail=1
   cat "$out/bench-allreduce.txt"
+  # The copy engine against the blocks below RESCCL_CE_FROM (64 MiB), launched one by one and in CUDA
+  # graphs: where it is even, it frees every block of an all-gather and an all-to-all.
+  for a in allgather_ring alltoall_direct; do
+    for how in "" "-G 10" "--ce" "--ce -G 10"; do
+      f="$out/bench-ce-$a$(echo "$how" | tr -d ' ').txt"
+      "$bin" bench "algorithms/$a.lua" $how -g "$ngpu" -b 1M -e 64M -f 2 -n 20 -w 5 --nccl 0 >"$f" 2>&1 ||
+        fail=1 bfail=1
+      echo "== $a ${how:-(blocks)}: bytes, us and busbw out of place, us in place, TBs"
+      grep -E '^ +[0-9]' "$f" | awk '{ print $1, $5, $7, $9, $(NF - 1) }'
+    done
+  done
   echo "bench: $([ "${bfail:-0}" = 0 ] && echo every size checked correct || echo FAILURES, see $out/bench-*.txt)"
 elif [ "${BENCH:-1}" = 1 ]; then
   # One GPU: a call's fixed cost, two virtual ranks in CUDA graphs (no host
