@@ -112,8 +112,10 @@ static void collective(const char *coll, size_t count, int inplace, int calls) {
     if (inplace && strcmp(coll, "allgather")) break;
   }
   size_t wrong = 0;
+  /* Every rank settles before any buffer goes: after a timeout a peer's put may land late. */
+  for (int r = 0; r < R; r++) settle(r, coll);
   for (int r = 0; r < R; r++) {
-    settle(r, coll);
+    cudaSetDevice(dev[r]);
     const float *src = (inplace && !strcmp(coll, "reducescatter")) ? ibuf[r] + (size_t)r * count : obuf[r];
     size_t n = !strcmp(coll, "reducescatter") ? count : out_n;
     cudaMemcpy(host, src, sizeof(float) * n, cudaMemcpyDeviceToHost);

@@ -119,6 +119,8 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   }
   rc = 0;
 done:
+  /* On an error every GPU finishes first: a peer's kernel or copies may still use these buffers. */
+  for (int d = 0; d < out->ndev; d++) cudaSetDevice(d), cudaDeviceSynchronize();
   for (int r = 0; r < R; r++) {
     if (devs && st[r]) cudaSetDevice(devs[r]), cudaStreamDestroy(st[r]), cudaEventDestroy(ev[2 * r]),
                        cudaEventDestroy(ev[2 * r + 1]);
