@@ -17,24 +17,9 @@
 ** Prints GB/s of destination bytes; the red variants' sums are checked.
 ** Built where nvcc is (sm_90); run on a Hopper GPU.
 */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-
-__device__ static void slice(size_t nv, size_t *lo, size_t *hi) {
-  *lo = nv * blockIdx.x / gridDim.x, *hi = nv * (blockIdx.x + 1) / gridDim.x;
-}
+#include "probe.cuh"
 
 __device__ static inline void red4(float4 *p, float4 x) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(x.x), "f"(x.y), "f"(x.z), "f"(x.w)
@@ -58,59 +43,6 @@ template <int U, int RED> __global__ void move_ld(float4 *dst, const float4 *src
   for (; i < hi; i += step)
     if (RED) red4(dst + i, __ldcg(src + i));
     else dst[i] = __ldcg(src + i);
-}
-
-__device__ static inline uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-#define MAXS 16
-extern __shared__ __align__(128) char smem[];
-
-/* src through S stages of k bytes into dst, by one thread: stored (red 0)
-   or added at the destination (red 1). */
-__global__ void move_bulk(float4 *dst, const float4 *src, size_t nv, int S, uint32_t k, int red) {
-  __shared__ uint64_t bar[MAXS];
-  if (threadIdx.x) return;
-  size_t lo, hi;
-  slice(nv, &lo, &hi);
-  size_t kv = k / 16, nt = (hi - lo + kv - 1) / kv;
-  for (int s = 0; s < S; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sa(&bar[s])) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  auto issue = [&](size_t t) {
-    int s = (int)(t % S);
-    size_t v0 = lo + t * kv, n = hi - v0 < kv ? hi - v0 : kv;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(&bar[s])), "r"((uint32_t)(n * 16))
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     sa(smem + (size_t)s * k)),
-                 "l"(src + v0), "r"((uint32_t)(n * 16)), "r"(sa(&bar[s]))
-                 : "memory");
-  };
-  for (size_t t = 0; t < (size_t)S && t < nt; t++) issue(t);
-  for (size_t t = 0; t < nt; t++) {
-    int s = (int)(t % S);
-    size_t v0 = lo + t * kv, n = hi - v0 < kv ? hi - v0 : kv;
-    uint32_t ok = 0, phase = (uint32_t)(t / S) & 1;
-    while (!ok)
-      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                   : "=r"(ok)
-                   : "r"(sa(&bar[s])), "r"(phase)
-                   : "memory");
-    if (red)
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst + v0),
-                   "r"(sa(smem + (size_t)s * k)), "r"((uint32_t)(n * 16))
-                   : "memory");
-    else
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + v0),
-                   "r"(sa(smem + (size_t)s * k)), "r"((uint32_t)(n * 16))
-                   : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    if (t + S < nt) {
-      /* the stage is read out before it is refilled */
-      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      issue(t + S);
-    }
-  }
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 __global__ void fill(float *p, size_t n, float v) {

@@ -17,24 +17,7 @@
 ** Prints output GB/s (and, for one block, the memory traffic per SM).
 ** Built where nvcc is (sm_90); run on a Hopper GPU.
 */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
-
-/* The block's slice of nv vectors: [lo, hi). */
-__device__ static void slice(size_t nv, size_t *lo, size_t *hi) {
-  *lo = nv * blockIdx.x / gridDim.x, *hi = nv * (blockIdx.x + 1) / gridDim.x;
-}
+#include "probe.cuh"
 
 __device__ static inline float4 add4(float4 x, float4 y) { return make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w); }
 
@@ -65,37 +48,6 @@ template <int U> __global__ void copy_ld(float4 *c, const float4 *a, size_t nv) 
   }
   for (; i < hi; i += step) c[i] = __ldcg(a + i);
 }
-
-__device__ static inline uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ static inline void bar_init(uint64_t *b) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sa(b)) : "memory");
-}
-__device__ static inline void bar_expect(uint64_t *b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(b)), "r"(bytes) : "memory");
-}
-__device__ static inline void bar_wait(uint64_t *b, uint32_t phase) {
-  uint32_t ok = 0;
-  while (!ok)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(ok)
-                 : "r"(sa(b)), "r"(phase)
-                 : "memory");
-}
-__device__ static inline void bulk_in(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa(dst)),
-               "l"(src), "r"(bytes), "r"(sa(b))
-               : "memory");
-}
-__device__ static inline void bulk_out(void *dst, const void *src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sa(src)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-__device__ static inline void bulk_out_drained(void) { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ static inline void bulk_out_done(void) { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-
-#define MAXS 16
-extern __shared__ __align__(128) char smem[];
 
 /* Stage s holds tile t (both operands, k bytes each) for t = s, s + S, ... */
 __global__ void red_bulk(float4 *c, const float4 *a, const float4 *b, size_t nv, int S, uint32_t k) {
@@ -128,35 +80,6 @@ __global__ void red_bulk(float4 *c, const float4 *a, const float4 *b, size_t nv,
   }
 }
 
-/* c = a through shared memory, one thread issuing bulk copies both ways. */
-__global__ void copy_bulk(float4 *c, const float4 *a, size_t nv, int S, uint32_t k) {
-  __shared__ uint64_t bar[MAXS];
-  if (threadIdx.x) return;
-  size_t lo, hi;
-  slice(nv, &lo, &hi);
-  size_t kv = k / 16, nt = (hi - lo + kv - 1) / kv;
-  for (int s = 0; s < S; s++) bar_init(&bar[s]);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  auto issue = [&](size_t t) {
-    int s = (int)(t % S);
-    size_t v0 = lo + t * kv, n = hi - v0 < kv ? hi - v0 : kv;
-    bar_expect(&bar[s], (uint32_t)(n * 16));
-    bulk_in(smem + (size_t)s * k, a + v0, (uint32_t)(n * 16), &bar[s]);
-  };
-  for (size_t t = 0; t < (size_t)S && t < nt; t++) issue(t);
-  for (size_t t = 0; t < nt; t++) {
-    int s = (int)(t % S);
-    size_t v0 = lo + t * kv, n = hi - v0 < kv ? hi - v0 : kv;
-    bar_wait(&bar[s], (uint32_t)(t / S) & 1);
-    bulk_out(c + v0, smem + (size_t)s * k, (uint32_t)(n * 16));
-    if (t + S < nt) {
-      bulk_out_drained();
-      issue(t + S);
-    }
-  }
-  bulk_out_done();
-}
-
 int main(int argc, char **argv) {
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256, bytes = mib << 20, nv = bytes / 16;
   float4 *a, *b, *c;
@@ -166,7 +89,7 @@ int main(int argc, char **argv) {
   CK(cudaMemset(a, 1, bytes));
   CK(cudaMemset(b, 2, bytes));
   CK(cudaFuncSetAttribute(red_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
-  CK(cudaFuncSetAttribute(copy_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
+  CK(cudaFuncSetAttribute(move_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 << 10));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -196,8 +119,8 @@ int main(int argc, char **argv) {
         case 7: red_bulk<<<nb, 256, 3 * 2 * 32768>>>(c, a, b, nv, 3, 32768); break;
         case 8: red_bulk<<<nb, 512, 6 * 2 * 16384>>>(c, a, b, nv, 6, 16384); break;
         case 9: copy_ld<8><<<nb, 512>>>(c, a, nv); break;
-        case 10: copy_bulk<<<nb, 32, 6 * 32768>>>(c, a, nv, 6, 32768); break;
-        case 11: copy_bulk<<<nb, 32, 12 * 16384>>>(c, a, nv, 12, 16384); break;
+        case 10: move_bulk<<<nb, 32, 6 * 32768>>>(c, a, nv, 6, 32768, 0); break;
+        case 11: move_bulk<<<nb, 32, 12 * 16384>>>(c, a, nv, 12, 16384, 0); break;
         }
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1));
