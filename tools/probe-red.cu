@@ -21,30 +21,6 @@
 
 #include "probe.cuh"
 
-__device__ static inline void red4(float4 *p, float4 x) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(x.x), "f"(x.y), "f"(x.z), "f"(x.w)
-               : "memory");
-}
-
-/* dst = src (red 0) or dst += src (red 1), U loads in flight per thread. */
-template <int U, int RED> __global__ void move_ld(float4 *dst, const float4 *src, size_t nv) {
-  size_t lo, hi, step = blockDim.x;
-  slice(nv, &lo, &hi);
-  size_t i = lo + threadIdx.x;
-  for (; i + (U - 1) * step < hi; i += U * step) {
-    float4 x[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) x[u] = __ldcg(src + i + u * step);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (RED) red4(dst + i + u * step, x[u]);
-      else dst[i + u * step] = x[u];
-  }
-  for (; i < hi; i += step)
-    if (RED) red4(dst + i, __ldcg(src + i));
-    else dst[i] = __ldcg(src + i);
-}
-
 __global__ void fill(float *p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
 }

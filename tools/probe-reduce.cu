@@ -35,20 +35,6 @@ template <int U> __global__ void red_ld(float4 *c, const float4 *a, const float4
   for (; i < hi; i += step) c[i] = add4(__ldcg(a + i), __ldcg(b + i));
 }
 
-template <int U> __global__ void copy_ld(float4 *c, const float4 *a, size_t nv) {
-  size_t lo, hi, step = blockDim.x;
-  slice(nv, &lo, &hi);
-  size_t i = lo + threadIdx.x;
-  for (; i + (U - 1) * step < hi; i += U * step) {
-    float4 x[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) x[u] = __ldcg(a + i + u * step);
-#pragma unroll
-    for (int u = 0; u < U; u++) c[i + u * step] = x[u];
-  }
-  for (; i < hi; i += step) c[i] = __ldcg(a + i);
-}
-
 /* Stage s holds tile t (both operands, k bytes each) for t = s, s + S, ... */
 __global__ void red_bulk(float4 *c, const float4 *a, const float4 *b, size_t nv, int S, uint32_t k) {
   __shared__ uint64_t bar[MAXS];
@@ -118,7 +104,7 @@ int main(int argc, char **argv) {
         case 6: red_bulk<<<nb, 256, 12 * 2 * 8192>>>(c, a, b, nv, 12, 8192); break;
         case 7: red_bulk<<<nb, 256, 3 * 2 * 32768>>>(c, a, b, nv, 3, 32768); break;
         case 8: red_bulk<<<nb, 512, 6 * 2 * 16384>>>(c, a, b, nv, 6, 16384); break;
-        case 9: copy_ld<8><<<nb, 512>>>(c, a, nv); break;
+        case 9: move_ld<8, 0><<<nb, 512>>>(c, a, nv); break;
         case 10: move_bulk<<<nb, 32, 6 * 32768>>>(c, a, nv, 6, 32768, 0); break;
         case 11: move_bulk<<<nb, 32, 12 * 16384>>>(c, a, nv, 12, 16384, 0); break;
         }

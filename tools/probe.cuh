@@ -1,7 +1,8 @@
 /*
 ** probe.cuh — what tools/probe-reduce.cu and tools/probe-red.cu share: the
-** error check, a block's slice, and Hopper's bulk copies (sm_90) through
-** shared-memory stages that complete on mbarriers.
+** error check, a block's slice, a copy (or an add at the destination) with
+** loads in flight, and Hopper's bulk copies (sm_90) through shared-memory
+** stages that complete on mbarriers.
 */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -20,6 +21,30 @@
 /* The block's slice of nv vectors: [lo, hi). */
 __device__ static void slice(size_t nv, size_t *lo, size_t *hi) {
   *lo = nv * blockIdx.x / gridDim.x, *hi = nv * (blockIdx.x + 1) / gridDim.x;
+}
+
+__device__ static inline void red4(float4 *p, float4 x) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(x.x), "f"(x.y), "f"(x.z), "f"(x.w)
+               : "memory");
+}
+
+/* dst = src (red 0) or dst += src (red 1), U loads in flight per thread. */
+template <int U, int RED> __global__ void move_ld(float4 *dst, const float4 *src, size_t nv) {
+  size_t lo, hi, step = blockDim.x;
+  slice(nv, &lo, &hi);
+  size_t i = lo + threadIdx.x;
+  for (; i + (U - 1) * step < hi; i += U * step) {
+    float4 x[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) x[u] = __ldcg(src + i + u * step);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (RED) red4(dst + i + u * step, x[u]);
+      else dst[i + u * step] = x[u];
+  }
+  for (; i < hi; i += step)
+    if (RED) red4(dst + i, __ldcg(src + i));
+    else dst[i] = __ldcg(src + i);
 }
 
 __device__ static inline uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
