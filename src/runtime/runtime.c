@@ -1176,8 +1176,10 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i, in
     int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d, each = c[7] >= 0 || c[8] >= 0;
     cudaStream_t st = v->dev[ds].ce[dt];
     CU(cudaSetDevice(g->dev[ds]));
-    if (!used[ds][dt]) CU(cudaStreamWaitEvent(st, v->dev[ds].start, 0));
-    if (!used[ds][dt] && events && dt != ds) CU(cudaStreamWaitEvent(st, v->dev[dt].start, 0));
+    if (!used[ds][dt]) {
+      CU(cudaStreamWaitEvent(st, v->dev[ds].start, 0));
+      if (events && dt != ds) CU(cudaStreamWaitEvent(st, v->dev[dt].start, 0));
+    }
     used[ds][dt] = 1;
     /* One piece, or one per micro-batch: after the kernel counted every
        slice of it, or with the flag a reduction waits for after it (its
@@ -1256,7 +1258,7 @@ static resccl_result_t launch(Call *calls, int n) {
   for (int i = 0; i < n && rc == resccl_success; i++) {
     Call *c = &calls[i];
     Group *g = c->comm->g;
-    int here = 0, want = 0;
+    int here = 0, want = 0, all = 0;
     GqSig sig = sig_of(c);
     for (int j = 0; j < n && rc == resccl_success; j++) {
       Call *o = &calls[j];
@@ -1266,10 +1268,9 @@ static resccl_result_t launch(Call *calls, int n) {
         rc = rt_fail(resccl_invalid_usage, "%s: the ranks' collective number %llu differs in collective, count, "
                      "datatype, op or placement (call collectives in the same order on every rank)", c->plan->coll,
                      seq[i] + 1);
-      here += o->comm->d == c->comm->d;
+      here += o->comm->d == c->comm->d, all++;
     }
     for (int r = 0; r < g->n; r++) want += g->comms[r].d == c->comm->d;
-    int all = ranks_of(first, n, first[i]);
     if (rc == resccl_success && first[i] == i && gq_open_reserve(&g->open, n))
       rc = rt_fail(resccl_system_error, "out of memory");
     if (rc == resccl_success && first[i] == i && gq_open_differs(&g->open, seq[i], &sig))
