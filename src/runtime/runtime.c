@@ -553,26 +553,21 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
   return resccl_success;
 }
 
-/* Device memory freed at unload. At plan load it is zeroed before any
-   stream uses it: the memset goes on the legacy stream, which a user's
-   non-blocking stream does not wait for. What calls grow (scratch,
-   copy-engine counters) is not: every call writes it before reading it,
-   and the legacy stream waits for blocking streams, where a collective
-   launched on some ranks waits for the ones this thread has yet to launch. */
-static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, int zero) {
+/* Device memory freed at unload; zero: the stream that zeroes it (plan
+   load's own, which variant_setup waits for before any call can run), or
+   NULL for what every call writes before reading it (scratch, copy-engine
+   counters, grown by calls). */
+static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, cudaStream_t *zero) {
   void **a = realloc(v->allocs, sizeof *a * ((size_t)v->nallocs + 1));
   if (!a) return rt_fail(resccl_system_error, "out of memory");
   v->allocs = a;
   CU(cudaMalloc((void **)p, bytes ? bytes : 1));
   v->allocs[v->nallocs++] = *(void **)p;
-  if (zero) {
-    CU(cudaMemset(*(void **)p, 0, bytes ? bytes : 1));
-    CU(cudaStreamSynchronize(cudaStreamLegacy));
-  }
+  if (zero) CU(cudaMemsetAsync(*(void **)p, 0, bytes ? bytes : 1, *zero));
   return resccl_success;
 }
 
-static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo);
+static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo, cudaStream_t *ld);
 
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
@@ -600,23 +595,39 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
      (a slice fits a slot), each a handshake. */
   RxFifo *fifo = calloc((size_t)v->nconn * (size_t)V + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
-  resccl_result_t res = variant_build(g, v, cf, fifo);
+  /* Plan load zeroes and fills device memory on streams of its own: the
+     legacy stream would wait for the user's blocking streams, and a user's
+     non-blocking stream would not wait for it. */
+  cudaStream_t ld[MAXDEV] = {0};
+  resccl_result_t res = resccl_success;
+  for (int d = 0; d < g->ndevs && res == resccl_success; d++)
+    if (cudaSetDevice(g->dev[d]) != cudaSuccess || cudaStreamCreateWithFlags(&ld[d], cudaStreamNonBlocking) != cudaSuccess)
+      res = rt_fail(resccl_unhandled_cuda_error, "GPU %d: cannot create a stream", g->dev[d]);
+  if (res == resccl_success) res = variant_build(g, v, cf, fifo, ld);
+  for (int d = 0; d < g->ndevs; d++)
+    if (ld[d]) {
+      cudaSetDevice(g->dev[d]);
+      cudaError_t e = cudaStreamSynchronize(ld[d]);
+      if (e != cudaSuccess && res == resccl_success)
+        res = rt_fail(resccl_unhandled_cuda_error, "GPU %d: plan load: %s", g->dev[d], cudaGetErrorString(e));
+      cudaStreamDestroy(ld[d]);
+    }
   free(fifo);
   return res;
 }
 
 /* variant_setup's allocations and kernels; fifo: room for the FIFOs' host copy. */
-static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo) {
+static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo, cudaStream_t *ld) {
   int K = v->nblk, V = v->nslice, nf = v->nconn * V;
   for (int i = 0; i < nf; i++) {
     struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes, 1));
-    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), 1));
-    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long), 1));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes, &ld[dst->d]));
+    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), &ld[dst->d]));
+    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long), &ld[dst->d]));
     CU(cudaSetDevice(src->cudev));
-    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long), 1));
-    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long), 1));
+    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long), &ld[src->d]));
+    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long), &ld[src->d]));
   }
   /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
   /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
@@ -627,8 +638,8 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   for (int r = 0; r < v->nranks; r++) run.first[r + 1] = run.first[r] + v->ntb[r] * K;
   for (int r = 0; r < v->nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks, 1));
-    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1), 1));
+    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks, &ld[g->comms[r].d]));
+    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1), &ld[g->comms[r].d]));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -640,7 +651,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   for (int d = 0; d < g->ndevs; d++) {
     if (!v->dev[d].nflags) continue;
     CU(cudaSetDevice(g->dev[d]));
-    TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags, 1));
+    TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags, &ld[d]));
     for (int i = 0, k = 0; i < v->nce; i++)
       if (v->ce[CE_INTS * i + 7] >= 0 && g->comms[v->ce[CE_INTS * i]].d == d) v->ceflag[v->ce[CE_INTS * i + 7]] = v->dev[d].flags + k++;
   }
@@ -677,26 +688,24 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
                     "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
       break;
     }
-    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, 1));
-    CU(cudaMemcpy(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice));
-    TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1), 1));
-    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1), 1));
-    TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs, 1));
-    TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V, 1));
+    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, &ld[d]));
+    CU(cudaMemcpyAsync(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice, ld[d]));
+    TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1), &ld[d]));
+    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1), &ld[d]));
+    TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs, &ld[d]));
+    TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V, &ld[d]));
     unsigned **dceflag;
-    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1), 1));
-    CU(cudaMemcpy(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice));
+    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1), &ld[d]));
+    CU(cudaMemcpyAsync(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice, ld[d]));
     run.ceflag = dceflag;
-    CU(cudaMemcpy(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
-    if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb, 1));
+    CU(cudaMemcpyAsync(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice, ld[d]));
+    if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb, &ld[d]));
     v->dev[d].trace = run.trace;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
-    TRY(dev_alloc(v, &v->dev[d].run, sizeof run, 1));
-    CU(cudaMemcpy(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice));
-    /* A copy from pageable memory may return before it lands, and the
-       calls' streams need not wait for the legacy stream it went on. */
-    CU(cudaStreamSynchronize(cudaStreamLegacy));
+    TRY(dev_alloc(v, &v->dev[d].run, sizeof run, &ld[d]));
+    CU(cudaMemcpyAsync(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice, ld[d]));
+    CU(cudaStreamSynchronize(ld[d])); /* before run, on the stack, changes */
     v->dev[d].nblocks = nb;
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
@@ -720,7 +729,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     CU(cudaSetDevice(g->dev[d]));
     CU(cudaEventCreateWithFlags(&v->dev[d].start, cudaEventDisableTiming));
     CUDRV(drv.function(&v->dev[d].sync, v->dev[d].mod, "rx_ce_sync"));
-    TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned), 1));
+    TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned), &ld[d]));
   }
   if (res == resccl_success) {
     v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
@@ -976,7 +985,7 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, const 
     snprintf(what, sizeof what, "scratch memory must grow to %zu bytes", bytes);
     TRY(may_grow(q, n, what));
     CU(cudaSetDevice(c->cudev));
-    TRY(dev_alloc(v, &v->scratch[c->rank], bytes, 0));
+    TRY(dev_alloc(v, &v->scratch[c->rank], bytes, NULL));
     v->scratch_bytes[c->rank] = bytes;
   }
   *out = v->scratch[c->rank];
@@ -996,7 +1005,7 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cons
   words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
-    TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words, 0));
+    TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words, NULL));
   }
   v->post_words = words;
   return resccl_success;
