@@ -711,12 +711,16 @@ __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
       }
       if (t0) rx_trace(x, 2, t0);
     }
+    rx_fence_gpu(); /* acquire: rx_unit_done's release */
   }
   if (x->a->turns) __syncthreads();
   return 1;
 }
 
-/* After the block's unit: the slice's next unit may start, on any block. */
+/* After the block's unit: the slice's next unit may start, on any block.
+   A release and rx_claim's acquire, at the GPU's scope (both blocks are on
+   it): the next unit's reads and stores, a FIFO's head in the sender's
+   memory among them, come after this unit's for every observer. */
 __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
   if (!x->a->turns) return;
   __syncthreads();

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "resccl.h"
 #include "runtime.h"
@@ -242,6 +243,31 @@ static void two_groups(const char *plan) {
   for (int r = 0; r < R; r++) resccl_comm_destroy(other[r]);
   CHECK(wrong == 0, "two groups: %zu wrong", wrong);
   printf("allgather      two communicator groups on shared streams, grouped unevenly: %zu wrong\n", wrong);
+}
+
+/* A group destroyed with a collective launched on one rank only: the rest
+   can no longer be launched, so its kernels give up at once and destroy
+   does not wait for the timeout (2 s here). */
+static void abandoned(const char *plan) {
+  resccl_comm_t other[MAXR];
+  resccl_result_t rc = resccl_comm_init_all(other, R, dev);
+  CHECK(rc == resccl_success, "abandoned: init");
+  if (rc) return;
+  enum { N = 4099 };
+  float *buf = NULL;
+  cudaSetDevice(dev[0]), cudaMalloc((void **)&buf, sizeof(float) * N * ((size_t)R + 1));
+  rc = resccl_plan_load(other[0], plan);
+  if (rc == resccl_success) rc = resccl_all_gather(buf, buf + N, N, resccl_float32, other[0], (resccl_stream_t)st[0]);
+  CHECK(rc == resccl_success, "abandoned: %s", resccl_get_last_error());
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int r = 0; r < R; r++) resccl_comm_destroy(other[r]);
+  cudaSetDevice(dev[0]), cudaStreamSynchronize(st[0]);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  CHECK(s < 1.0, "abandoned: destroy took %.2f s", s);
+  cudaFree(buf);
+  printf("allgather      launched on rank 0 only, its group destroyed: %.3f s\n", s);
 }
 
 /* Every GPU's stream is still capturing after `what`. */
@@ -577,6 +603,7 @@ int main(int argc, char **argv) {
     printf("allgather      outside a group, and a group per rank, from 8 KiB: ran the first form\n");
     staggered();
     two_groups(path);
+    abandoned(path);
     /* A one-shot all-reduce pulls from 1 MiB in a group of every rank; apart, it pushes through the
        FIFOs (its first form, with scratch of its own). */
     snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);

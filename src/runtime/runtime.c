@@ -918,6 +918,9 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
   if (!comm) return resccl_success;
   Group *g = comm->g;
   if (--g->live > 0) return resccl_success;
+  /* A collective launched on some ranks only can no longer be launched on
+     the rest: its kernels give up now, not at the timeout. */
+  if (g->open.n) *(volatile int *)g->stop = 1;
   for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
   while (g->plans) {
     RtPlan *p = g->plans;
