@@ -80,6 +80,10 @@ void buf_int(Buf *b, long v); /* decimal, no printf: the emitter's hot path */
 typedef enum { COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_ALLREDUCE, COLL_ALLTOALL, NCOLL } Coll;
 typedef enum { BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH, NBUF } BufKind;
 typedef enum { OP_COPY, OP_REDUCE } XferOp;
+/* Chunk indices and counts of a transfer, and every rank's scratch chunks together, stay under this. */
+#define MAX_CHUNKS (1 << 24)
+/* TBs of a rank in a manual placement (a GPU holds fewer resident blocks). */
+#define MAX_TBS 1024
 
 /* A position in a source file: index into Program.files, line number. */
 typedef struct {
@@ -445,6 +449,7 @@ typedef struct {
   int gpu;          /* nmicro 0: as the GPU runtime picks it (kernels-templates/tile.h), f32, instances = channels */
   int trace;        /* keep one slice per primitive call */
 } SimOpts;
+#define SIM_MAX_MICRO (1 << 16) /* micro-batches of a simulation: its time grows with them */
 
 typedef struct {
   int rank, tb;            /* tb: instance * ntb[rank] + the plan's TB index */

@@ -32,6 +32,15 @@ static int same_size(const RxRun *run, int sidx, int didx, int cnt) {
 rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to execute", pl->prog->name);
   if (o->count == 0) return err_set(e, RC_ESIZE, "count must be at least 1");
+  /* Every rank's three buffers live in host memory (GPU runs start and check
+     them there): refuse what would not fit rather than die on it. */
+  size_t elems[NBUF];
+  data_elems(pl->prog, o->count, elems);
+  double bytes = (double)pl->prog->nranks * (double)(elems[0] + elems[1] + elems[2]) * (double)dtype_size[o->dtype];
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (have > 0 && 2 * bytes > have)
+    return err_set(e, RC_ESIZE, "count %zu: the %d ranks' buffers need %.0f MiB of host memory, more than half of "
+                   "this machine's %.0f MiB", o->count, pl->prog->nranks, bytes / (1 << 20), have / (1 << 20));
   if (o->nmicro < 1 || o->nslots < 0 || o->slot_bytes < dtype_size[o->dtype])
     return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
   for (int t = 0; o->op == RED_AVG && t < pl->dag.n; t++)
@@ -163,7 +172,10 @@ static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir,
     if (!write_file(path, src.s, src.n)) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
     buf_printf(&cmd, "%s -std=gnu11 -O0 -fPIC -c -o '%s/unit%d.o' '%s' 2>>'%s/cc.log' & ", cc, dir, u, path, dir);
   }
-  buf_printf(&cmd, "wait && %s -shared -o '%s/program.so' '%s'/unit*.o 2>>'%s/cc.log'", cc, dir, dir, dir);
+  /* Every unit by name, so that one that failed to compile fails the link (a bare wait returns 0). */
+  buf_printf(&cmd, "wait && %s -shared -o '%s/program.so'", cc, dir);
+  for (int u = 0; u <= nunits; u++) buf_printf(&cmd, " '%s/unit%d.o'", dir, u);
+  buf_printf(&cmd, " 2>>'%s/cc.log'", dir);
   if (rc == RC_OK && system(cmd.s) != 0) {
     char first[400] = "";
     snprintf(path, sizeof path, "%s/cc.log", dir);

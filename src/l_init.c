@@ -2,6 +2,8 @@
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
 ** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
 */
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lbind.h"
@@ -32,6 +34,24 @@ double l_optnum(lua_State *L, int t, const char *k, double dflt) {
   return v;
 }
 
+lua_Integer l_optrange(lua_State *L, int t, const char *k, lua_Integer dflt, lua_Integer lo, lua_Integer hi) {
+  lua_getfield(L, t, k);
+  int isint;
+  lua_Integer v = lua_isnil(L, -1) ? dflt : lua_tointegerx(L, -1, &isint);
+  if (!lua_isnil(L, -1) && (!isint || v < lo || v > hi))
+    return luaL_error(L, "option %s must be an integer from %I to %I", k, lo, hi);
+  lua_pop(L, 1);
+  return v;
+}
+
+int l_checkint(lua_State *L, int i) {
+  lua_Integer v = luaL_checkinteger(L, i);
+  luaL_argcheck(L, v >= INT_MIN && v <= INT_MAX, i, "integer out of range");
+  return (int)v;
+}
+
+int l_optint(lua_State *L, int i, int dflt) { return lua_isnoneornil(L, i) ? dflt : l_checkint(L, i); }
+
 void l_setnum(lua_State *L, const char *k, double v) {
   lua_pushnumber(L, v);
   lua_setfield(L, -2, k);
@@ -58,12 +78,12 @@ void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL
   lua_pop(L, 1);
 }
 
-void l_where(lua_State *L, int level, const char **file, int *line) {
+void l_where(lua_State *L, int level, char *file, size_t size, int *line) {
   lua_Debug ar;
-  *file = "?";
+  snprintf(file, size, "?");
   *line = 0;
   if (lua_getstack(L, level, &ar) && lua_getinfo(L, "Sl", &ar)) {
-    *file = ar.source[0] == '@' ? ar.source + 1 : ar.short_src; /* whole path, not "..." */
+    snprintf(file, size, "%s", ar.source[0] == '@' ? ar.source + 1 : ar.short_src); /* whole path, not "..." */
     *line = ar.currentline;
   }
 }

@@ -8,6 +8,7 @@
 **   core.dtype(name), core.redop(name): the names plan:exec takes
 ** A Plan keeps its Program and Topo alive through user values.
 */
+#include <limits.h>
 #include <string.h>
 
 #include "lbind.h"
@@ -206,20 +207,14 @@ static int l_plan_exec(lua_State *L) {
   luaL_checktype(L, 2, LUA_TTABLE);
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
   ExecOpts o = {.dtype = (Dtype)optname(L, 2, "dtype", "f32", &dtypes), .op = (RedOp)optname(L, 2, "op", "sum", &redops)};
-  lua_getfield(L, 2, "count");
-  o.count = (size_t)luaL_optinteger(L, -1, 1024);
-  lua_getfield(L, 2, "nmicro");
-  o.nmicro = (int)luaL_optinteger(L, -1, 4);
-  lua_getfield(L, 2, "slots");
-  o.nslots = (int)luaL_optinteger(L, -1, 0);
-  lua_getfield(L, 2, "slot_bytes");
-  o.slot_bytes = (size_t)luaL_optinteger(L, -1, 256);
-  lua_getfield(L, 2, "timeout_ms");
-  o.timeout_ms = (int)luaL_optinteger(L, -1, 10000);
-  lua_pop(L, 5);
+  o.count = (size_t)l_optrange(L, 2, "count", 1024, 1, (lua_Integer)1 << 40);
+  o.nmicro = (int)l_optrange(L, 2, "nmicro", 4, 1, 1 << 20);
+  o.nslots = (int)l_optrange(L, 2, "slots", 0, 0, 1 << 20);
+  o.slot_bytes = (size_t)l_optrange(L, 2, "slot_bytes", 256, 1, 1 << 30);
+  o.timeout_ms = (int)l_optrange(L, 2, "timeout_ms", 10000, 0, INT_MAX);
   o.direct = l_optbool(L, 2, "direct", 1);
-  GpuOpts g = {(int)l_optnum(L, 2, "ndev", 0), (int)l_optnum(L, 2, "threads", 0), (int)l_optnum(L, 2, "iters", 0),
-               (int)l_optnum(L, 2, "channels", 1)};
+  GpuOpts g = {(int)l_optrange(L, 2, "ndev", 0, 0, 64), (int)l_optrange(L, 2, "threads", 0, 0, 1024),
+               (int)l_optrange(L, 2, "iters", 0, 0, 1 << 20), (int)l_optrange(L, 2, "channels", 1, 0, 64)};
   ExecResult r;
   Err e;
   if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)

@@ -4,6 +4,7 @@
 **   prog:xfer(src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, level)
 **   core.topo("a100:2x4") -> Topo;  core.topo_flat(ranks) -> Topo
 */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,11 +31,12 @@ static Program **newprogram(lua_State *L) {
 
 static int field_int(lua_State *L, int t, const char *k, int dflt) {
   lua_getfield(L, t, k);
-  int isnum, v = (int)lua_tointegerx(L, -1, &isnum);
+  int isnum;
+  lua_Integer v = lua_tointegerx(L, -1, &isnum);
   if (lua_isnil(L, -1)) v = dflt;
-  else if (!isnum) luaL_error(L, "program field '%s' must be an integer", k);
+  else if (!isnum || v < INT_MIN || v > INT_MAX) luaL_error(L, "program field '%s' must be an integer", k);
   lua_pop(L, 1);
-  return v;
+  return (int)v;
 }
 
 static int l_program_new(lua_State *L) {
@@ -57,9 +59,8 @@ static int l_program_new(lua_State *L) {
 }
 
 static int bufarg(lua_State *L, int i) {
-  if (lua_type(L, i) == LUA_TNUMBER) return (int)luaL_checkinteger(L, i);
-  int b = buf_parse(luaL_checkstring(L, i));
-  return b < 0 ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
+  int b = lua_type(L, i) == LUA_TNUMBER ? l_checkint(L, i) : buf_parse(luaL_checkstring(L, i));
+  return b < 0 || b >= NBUF ? luaL_argerror(L, i, "buffer must be input, output or scratch") : b;
 }
 
 /* Record one transfer; returns its index and how many transfers it became
@@ -68,14 +69,14 @@ static int bufarg(lua_State *L, int i) {
    or `where` is "file:line" itself. */
 static int l_program_xfer(lua_State *L) {
   Program *p = checkprogram(L, 1);
-  Xfer x = {.src = (int)luaL_checkinteger(L, 2), .sbuf = (uint8_t)bufarg(L, 3), .sidx = (int)luaL_checkinteger(L, 4),
-            .dst = (int)luaL_checkinteger(L, 5), .dbuf = (uint8_t)bufarg(L, 6), .didx = (int)luaL_checkinteger(L, 7),
-            .cnt = (int)luaL_optinteger(L, 8, 1), .step = (int)luaL_optinteger(L, 10, 0)};
+  Xfer x = {.src = l_checkint(L, 2), .sbuf = (uint8_t)bufarg(L, 3), .sidx = l_checkint(L, 4),
+            .dst = l_checkint(L, 5), .dbuf = (uint8_t)bufarg(L, 6), .didx = l_checkint(L, 7),
+            .cnt = l_optint(L, 8, 1), .step = l_optint(L, 10, 0)};
   const char *op = luaL_optstring(L, 9, "copy");
   if (strcmp(op, "copy") == 0) x.op = OP_COPY;
   else if (strcmp(op, "reduce") == 0) x.op = OP_REDUCE;
   else return luaL_argerror(L, 9, "operation must be copy or reduce");
-  int level = lua_type(L, 11) == LUA_TSTRING ? -1 : (int)luaL_optinteger(L, 11, 1);
+  int level = lua_type(L, 11) == LUA_TSTRING ? -1 : l_optint(L, 11, 1);
   if (level < 0) { /* "file:line", as importers know it */
     size_t n;
     const char *w = lua_tolstring(L, 11, &n), *colon = strrchr(w, ':');
@@ -85,8 +86,8 @@ static int l_program_xfer(lua_State *L) {
     file[colon - w] = '\0';
     x.at = (Src){prog_file(p, file), atoi(colon + 1)};
   } else if (level > 0) {
-    const char *file;
-    l_where(L, level, &file, &x.at.line);
+    char file[512];
+    l_where(L, level, file, sizeof file, &x.at.line);
     x.at.file = prog_file(p, file);
   } else {
     x.at = p->at; /* recorded by the DSL itself: blame the definition */
@@ -159,8 +160,7 @@ static int l_program_hint(lua_State *L) {
   Program *p = checkprogram(L, 1);
   lua_Integer i = luaL_checkinteger(L, 2);
   luaL_argcheck(L, i >= 1 && i <= p->nxf, 2, "no such transfer");
-  TbHint h = {(int)luaL_checkinteger(L, 3), (int)luaL_checkinteger(L, 4), (int)luaL_checkinteger(L, 5),
-              (int)luaL_checkinteger(L, 6), (int)luaL_optinteger(L, 7, -1)};
+  TbHint h = {l_checkint(L, 3), l_checkint(L, 4), l_checkint(L, 5), l_checkint(L, 6), l_optint(L, 7, -1)};
   prog_hint(p, (int)i - 1, h);
   return 0;
 }

@@ -139,8 +139,8 @@ static int l_plan_sim(lua_State *L) {
   lua_getfield(L, 2, "trace");
   lua_getfield(L, 2, "rotate");
   SimOpts o = {.size = l_optnum(L, 2, "size", 256.0 * (1 << 20)), .tile = l_optnum(L, 2, "tile", 1 << 20),
-               .nmicro = (int)l_optnum(L, 2, "nmicro", 0), .depth = (int)l_optnum(L, 2, "depth", 2),
-               .instances = (int)l_optnum(L, 2, "instances", 1), .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
+               .nmicro = (int)l_optrange(L, 2, "nmicro", 0, 0, SIM_MAX_MICRO), .depth = (int)l_optrange(L, 2, "depth", 2, 1, 1024),
+               .instances = (int)l_optrange(L, 2, "instances", 1, 1, 1024), .rotate = lua_toboolean(L, -1), .slowdown = l_optnum(L, 2, "slowdown", 0),
                .gpu = l_optbool(L, 2, "gpu", 0), .trace = lua_toboolean(L, -2)};
   lua_pop(L, 2);
   SimResult r;

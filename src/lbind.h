@@ -24,6 +24,11 @@ Topo *checktopo(lua_State *L, int i);
 int l_optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]);
 int l_optbool(lua_State *L, int t, const char *k, int dflt);
 double l_optnum(lua_State *L, int t, const char *k, double dflt);
+/* An integer field from lo to hi. */
+lua_Integer l_optrange(lua_State *L, int t, const char *k, lua_Integer dflt, lua_Integer lo, lua_Integer hi);
+/* Argument i as a C int (out of its range raises). */
+int l_checkint(lua_State *L, int i);
+int l_optint(lua_State *L, int i, int dflt);
 /* Set field k of the table on top. */
 void l_setnum(lua_State *L, const char *k, double v);
 void l_setint(lua_State *L, const char *k, lua_Integer v);
@@ -32,8 +37,8 @@ int l_fail(lua_State *L, const Err *e);
 
 /* Make a metatable with __index = methods and the given metamethods. */
 void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
-/* Push "file:line" of the Lua function `level` levels up (0 = caller). */
-void l_where(lua_State *L, int level, const char **file, int *line);
+/* The file (into file[size]) and line of the Lua function `level` levels up (0 = caller). */
+void l_where(lua_State *L, int level, char *file, size_t size, int *line);
 
 void l_program_open(lua_State *L); /* adds to the module table on top */
 void l_plan_open(lua_State *L);

@@ -89,15 +89,17 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
   if (x->dst < 0 || x->dst >= p->nranks)
     return err_set(e, RC_EINVAL, "%s: destination rank %d out of range (program has %d ranks)", at, x->dst,
                    p->nranks);
-  if (x->cnt < 1) return err_set(e, RC_EINVAL, "%s: chunk count %d must be at least 1", at, x->cnt);
+  if (x->cnt < 1 || x->cnt > MAX_CHUNKS)
+    return err_set(e, RC_EINVAL, "%s: chunk count %d must be 1..%d", at, x->cnt, MAX_CHUNKS);
   if (x->sbuf >= NBUF || x->dbuf >= NBUF) return err_set(e, RC_EINVAL, "%s: unknown buffer", at);
   if (x->op != OP_COPY && x->op != OP_REDUCE) return err_set(e, RC_EINVAL, "%s: unknown operation", at);
   const int b[2] = {x->sbuf, x->dbuf}, idx[2] = {x->sidx, x->didx};
   for (int k = 0; k < 2; k++) {
-    int size = prog_bufchunks(p, b[k]);
-    if (idx[k] < 0 || (b[k] != BUF_SCRATCH && idx[k] + x->cnt > size))
-      return err_set(e, RC_EINVAL, "%s: %s chunk %d%s out of range (%s has %d chunks per rank)", at,
-                     buf_name(b[k]), idx[k], x->cnt > 1 ? "+count" : "", buf_name(b[k]), size);
+    /* Scratch grows with use, up to what later stages hold: a word or more per chunk of every rank's. */
+    int scratch = b[k] == BUF_SCRATCH, size = scratch ? MAX_CHUNKS / p->nranks : prog_bufchunks(p, b[k]);
+    if (idx[k] < 0 || idx[k] > size - x->cnt)
+      return err_set(e, RC_EINVAL, "%s: %s chunk %d%s out of range (%s has %s%d chunks per rank)", at, buf_name(b[k]),
+                     idx[k], x->cnt > 1 ? "+count" : "", buf_name(b[k]), scratch ? "at most " : "", size);
   }
   if (x->src == x->dst && x->sbuf == x->dbuf && x->sidx < x->didx + x->cnt && x->didx < x->sidx + x->cnt &&
       !(x->sidx == x->didx && x->op == OP_COPY))

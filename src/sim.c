@@ -623,7 +623,11 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   if (o->gpu) /* nmicro= as RESCCL_NMICRO: raised where a slice would not fit a slot */
     s.M = (int)rx_nmicro((size_t)(block / 4), 4, (size_t)prog->chunks, (size_t)plan_maxcnt(pl), (size_t)s.K,
                          (size_t)s.K, RX_TILE_BYTES, RX_SLOT_BYTES, (size_t)o->nmicro);
-  else s.M = o->nmicro > 0 ? o->nmicro : (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
+  else if (o->nmicro > 0) s.M = o->nmicro;
+  else if (!(s.chunk_bytes / o->tile <= SIM_MAX_MICRO))
+    return err_set(e, RC_ESIZE, "size %.0f bytes in tiles of %.0f makes more than %d micro-batches of %d chunks: "
+                   "use larger tiles", o->size, o->tile, SIM_MAX_MICRO, prog->chunks);
+  else s.M = (int)fmax(1, ceil(s.chunk_bytes / o->tile - 1e-9));
   if (s.chunk_bytes / s.M < 1) return err_set(e, RC_ESIZE, "size %.0f bytes is too small for %d micro-batches of "
                                                            "%d chunks", o->size, s.M, prog->chunks);
   int K = s.K, NCK = K * s.NC, NPK = K * s.NP;

@@ -130,6 +130,9 @@ static rcStatus by_hint(Plan *pl, int *key, Err *e) {
     if (tb < 0 || step < 0)
       return err_set(e, RC_EINVAL, "%s: manual thread-block placement needs a %s TB and step for this transfer",
                      plan_task_where(pl, t, at, sizeof at), recv_side ? "receiving" : "sending");
+    if (tb >= MAX_TBS)
+      return err_set(e, RC_EINVAL, "%s: %s TB %d out of range (at most %d TBs per rank)",
+                     plan_task_where(pl, t, at, sizeof at), recv_side ? "receiving" : "sending", tb, MAX_TBS);
     p->tb = tb, key[i] = step;
   }
   int *end[2];

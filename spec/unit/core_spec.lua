@@ -46,6 +46,35 @@ describe("core.program", function()
     assert.matches("operation must be copy or reduce", h.pcall_err(p.xfer, p, 0, "input", 0, 1, "output", 0, 1, "move"))
     assert.matches("buffer must be input, output or scratch", h.pcall_err(p.xfer, p, 0, "inbox", 0, 1, "output", 0))
     assert.matches("source and destination overlap", h.pcall_err(p.xfer, p, 0, "input", 0, 0, "input", 1, 2))
+    -- Numbers past a C int, or a buffer past scratch, are refused, not wrapped.
+    assert.matches("integer out of range", h.pcall_err(p.xfer, p, 2 ^ 32, "input", 0, 1, "output", 0))
+    assert.matches("integer out of range", h.pcall_err(p.xfer, p, 0, "input", 2 ^ 32, 1, "output", 0))
+    assert.matches("buffer must be input, output or scratch", h.pcall_err(p.xfer, p, 0, 256, 0, 1, "output", 0))
+    assert.matches("program field 'ranks' must be an integer",
+      h.pcall_err(core.program, { collective = "allgather", ranks = 2 ^ 32 + 2 }))
+    -- Scratch grows with use, within bounds.
+    assert.equal("rs.lua:9: scratch chunk 2147483647 out of range (scratch has at most 8388608 chunks per rank)",
+      h.pcall_err(p.xfer, p, 0, "input", 0, 1, "scratch", 2 ^ 31 - 1, 1, "copy", 0, "rs.lua:9"))
+    assert.equal("rs.lua:9: chunk count 2147483647 must be 1..16777216",
+      h.pcall_err(p.xfer, p, 0, "input", 0, 1, "scratch", 0, 2 ^ 31 - 1, "copy", 0, "rs.lua:9"))
+  end)
+
+  it("fails a run when any unit of the emitted program fails to compile", function()
+    local cc = os.tmpname()
+    local f = assert(io.open(cc, "w"))
+    f:write('#!/bin/sh\ncase "$*" in *unit0.c*) echo "unit0: refused" >&2; exit 1;; esac\nexec cc "$@"\n')
+    f:close()
+    os.execute("chmod +x " .. cc)
+    local code, out = h.cli({ "run", "algorithms/allgather_ring.lua", "ranks=4" }, "CC=" .. cc)
+    os.remove(cc)
+    assert.equal(1, code)
+    assert.matches("exec +FAILED: compiling the emitted program failed %(.-%): unit0: refused", out)
+  end)
+
+  it("names the chunk that recorded a transfer, as Lua names it", function()
+    local p = core.program { collective = "allgather", ranks = 2 }
+    local typed = load('local p = ... p:xfer(0, "input", 0, 1, "output", 99)', "=typed")
+    assert.matches("^typed:1: output chunk 99 out of range", h.pcall_err(typed, p))
   end)
 
   it("stores manual placement hints", function()
@@ -142,9 +171,15 @@ describe("core.compile", function()
     assert.equal(0, assert(plan:exec { dtype = "bfloat16", count = 77 }).wrong)
     assert.equal("f16", core.dtype "half")
     assert.same({ nil, "sum, prod, max, min or avg expected" }, { core.redop "mean" })
-    local none, err, code = plan:exec { count = 0 }
+    for _, bad in ipairs { { count = 0 }, { count = -1 }, { count = 1.5 }, { count = 2 ^ 41 }, { nmicro = 0 },
+      { slot_bytes = -5 }, { channels = 3e9 } } do
+      local k, v = next(bad)
+      assert.matches("option " .. k .. " must be an integer from %-?%d+ to %d+", h.pcall_err(plan.exec, plan, bad))
+    end
+    -- What the host cannot hold is refused, not allocated.
+    local none, err, code = plan:exec { count = 2 ^ 40 }
     assert.is_nil(none)
-    assert.equal("count must be at least 1", err)
+    assert.matches("count 1099511627776: the 4 ranks' buffers need %d+ MiB of host memory", err)
     assert.equal("bad size", code)
   end)
 

@@ -203,5 +203,12 @@ describe("manual placement", function()
       build = function(a) a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 0 }) end,
     }
     assert.matches("placement needs sendtb and recvtb", h.pcall_err(bad.program, bad, { ranks = 2 }))
+    bad = resccl.algorithm {
+      name = "bad_place3", collective = "allgather",
+      build = function(a) a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 2000000000, recvtb = 0 }) end,
+    }
+    local prog, topo = bad:program { ranks = 2 }
+    local _, err = resccl.compile(prog, topo, { tb = "manual" })
+    assert.matches("dsl_spec.lua:%d+: sending TB 2000000000 out of range %(at most 1024 TBs per rank%)", err)
   end)
 end)

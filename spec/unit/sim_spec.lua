@@ -66,6 +66,9 @@ describe("plan:sim", function()
   it("rejects bad options", function()
     local _, err = p:sim { size = 0 }
     assert.matches("simulation needs size > 0", err)
+    _, err = p:sim { size = 256 << 20, tile = 1 }
+    assert.matches("size 268435456 bytes in tiles of 1 makes more than 65536 micro%-batches", err)
+    assert.matches("option instances must be an integer from 1 to 1024", h.pcall_err(p.sim, p, { instances = 3e9 }))
     assert.matches("bad argument #1 to '%?' %(resccl.Plan expected, got table%)", h.pcall_err(p.sim, {}, {}))
   end)
 end)
