@@ -59,7 +59,9 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   cudaStream_t *st = calloc((size_t)R, sizeof *st);
   cudaEvent_t *ev = calloc((size_t)R * 2, sizeof *ev);
   double *times = calloc((size_t)j->iters + 1, sizeof *times);
-  CUOK(cudaGetDeviceCount(&devcount));
+  cudaError_t ce = cudaGetDeviceCount(&devcount);
+  if (ce != cudaSuccess || devcount < 1)
+    OK(rt_fail(resccl_system_error, "no CUDA GPU on this machine (%s)", ce != cudaSuccess ? cudaGetErrorString(ce) : "none found"));
   int ndev = j->ndev > 0 && j->ndev < devcount ? j->ndev : devcount;
   ndev = ndev < R ? ndev : R;
   if (ndev < 1) OK(rt_fail(resccl_invalid_usage, "no GPU"));
