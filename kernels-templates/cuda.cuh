@@ -73,6 +73,12 @@ __device__ static inline unsigned rx_ld_acquire(const unsigned *p) {
   return v;
 }
 
+__device__ static inline unsigned long long rx_ld_acquire_gpu(const unsigned long long *p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ static inline void rx_st(unsigned long long *p, unsigned long long v) {
   rx_fence_sys();
   *(volatile unsigned long long *)p = v;
@@ -711,7 +717,7 @@ __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
       }
       if (t0) rx_trace(x, 2, t0);
     }
-    rx_fence_gpu(); /* acquire: rx_unit_done's release */
+    (void)rx_ld_acquire_gpu(d); /* rx_unit_done's release (a fence here cost 0.5-1.5% from 256 MiB) */
   }
   if (x->a->turns) __syncthreads();
   return 1;
