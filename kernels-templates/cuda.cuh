@@ -717,7 +717,7 @@ __device__ static int rx_claim(RxCtx *x, int ne, int tbi) {
       }
       if (t0) rx_trace(x, 2, t0);
     }
-    (void)rx_ld_acquire_gpu(d); /* rx_unit_done's release (a fence here cost 0.5-1.5% from 256 MiB) */
+    (void)rx_ld_acquire_gpu(d); /* rx_unit_done's release (a fence here cost 0.4-1.5% from 256 MiB) */
   }
   if (x->a->turns) __syncthreads();
   return 1;
