@@ -187,12 +187,18 @@ static inline int rx_send(RxCtx *x, int cout, int buf, int idx, int wbuf, int wi
   return 0;
 }
 
-/* out = operand (+) in, elementwise; the operand may be out itself. `done`:
-   this reduction completes the values, so avg divides them here, before
-   they are stored or forwarded (see core.h). */
+/* out = operand (+) in, elementwise; the operand or the input may be out
+   itself (copy elision folds a copy of the result into the reduction, whose
+   input may then be its destination). The ops commute. `done`: this
+   reduction completes the values, so avg divides them here, before they
+   are stored or forwarded (see core.h). */
 static inline void rx_combine(RxRun *r, char *out, const char *operand, const char *in, size_t n, int done) {
-  if (out != operand) memmove(out, operand, n * r->esize);
-  r->reduce(out, in, n);
+  if (out == in) {
+    r->reduce(out, operand, n);
+  } else {
+    if (out != operand) memmove(out, operand, n * r->esize);
+    r->reduce(out, in, n);
+  }
   if (done && r->post) r->post(out, n, r->nranks);
 }
 

@@ -402,6 +402,23 @@ describe("lowering", function()
     return n
   end
 
+  it("reduce into their own input where copy elision folds the result's copy in (in place)", function()
+    -- in place, scratch (+) input -> output folds into output (+) scratch -> output: the input is the destination
+    local alg = resccl.algorithm {
+      name = "fold", collective = "allreduce", chunks = 1,
+      build = function(a)
+        for r = 0, 1 do a:chunk(r, "input", 0):copy(1 - r, "scratch", 0) end
+        for r = 0, 1 do a:chunk(r, "scratch", 0):reduce(a:chunk(r, "input", 0)):copy(r, "output", 0) end
+      end,
+    }
+    local prog, topo = alg:program { ranks = 2 }
+    local plan = assert(resccl.compile(prog, topo, { inplace = true }))
+    for _, case in ipairs { { op = "sum" }, { dtype = "i32", op = "max" } } do
+      case.count = 1031
+      assert.equal(0, assert(plan:exec(case)).wrong)
+    end
+  end)
+
   it("forwards a reduced chunk without keeping it when nothing reads it again (rrs)", function()
     local prog, topo = resccl.load("algorithms/allreduce_rd.lua"):program { ranks = 8 }
     local plan = assert(resccl.compile(prog, topo, { fuse = "always" }))
