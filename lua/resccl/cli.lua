@@ -130,6 +130,22 @@ local function bench_number(flag, v)
   return n
 end
 
+-- The commands that take each option; the others refuse it.
+local FOR = {}
+local function takes(cmds, flags)
+  for _, f in ipairs(flags) do FOR[f] = cmds end
+end
+takes("run compile verify import export sim bench", { "--sched", "--tb", "--order", "--fuse", "--ce", "--pull" })
+takes("run compile verify import export sim", { "--json" })
+takes("compile", { "--dump", "--stop-after", "--emit", "--plan" })
+takes("compile export sim", { "--inplace" })
+takes("run", { "--gpu" })
+takes("import", { "-o", "--output" })
+takes("export", { "--msccl-xml" })
+takes("sim", { "--size", "--tile", "--sweep", "--baseline", "--channels", "--depth", "--trace", "--svg" })
+takes("bench", { "-g", "--from", "-b", "-e", "-i", "-f", "-n", "-w", "-c", "-G", "-d", "--dtype", "--op", "--nccl",
+  "--coll", "--virtual" })
+
 local NAMED = { state = "state-based", conn = "connection-based", manual = "hand-placed", merge = "merged" }
 
 local function usage_error(msg)
@@ -154,6 +170,9 @@ local function parse(argv)
   end
   while i <= #argv do
     local a = argv[i]
+    if FOR[a] and not (" " .. FOR[a] .. " "):find(" " .. o.cmd .. " ", 1, true) then
+      error(("%s is an option of %s, not of %s"):format(a, FOR[a]:gsub(" ", ", "), o.cmd), 0)
+    end
     if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
     elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true, merge = true })
     elseif a == "--order" then o.order = value(a, { task = true, algorithm = true })
@@ -301,6 +320,9 @@ function M.write_plan(o, alg, prog, topo, path)
 end
 
 function M.compile(o)
+  if o.stop_after and o.stop_after ~= "verify" and (o.plan or o.emit) then
+    return usage_error(("--stop-after %s: %s needs a verified plan"):format(o.stop_after, o.plan and "--plan" or "--emit"))
+  end
   local alg, prog, topo = build(o)
   if o.plan then
     M.write_plan(o, alg, prog, topo, o.plan)

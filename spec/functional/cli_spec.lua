@@ -101,6 +101,28 @@ describe("resccl", function()
     assert.equal("not run", r.verify)
   end)
 
+  it("stops early only where no verified plan is needed", function()
+    local ring = "algorithms/allreduce_ring.lua"
+    for _, cmd in ipairs { "run", "verify", "export", "sim", "bench" } do
+      local code, out, err = h.cli { cmd, ring, "--stop-after", "sched" }
+      assert.equal(2, code)
+      assert.equal("", out)
+      assert.matches("^resccl: %-%-stop%-after is an option of compile, not of " .. cmd .. "\n", err)
+    end
+    local code, _, err = h.cli { "import", "spec/fixtures/import/ring_ar3.xml", "--stop-after=dag" }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after is an option of compile, not of import\n", err)
+    local path = os.tmpname()
+    os.remove(path)
+    code, _, err = h.cli { "compile", ring, "--stop-after", "dag", "--plan", path }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after dag: %-%-plan needs a verified plan\n", err)
+    assert.is_nil(io.open(path))
+    code, _, err = h.cli { "compile", ring, "--stop-after", "tb", "--emit", "host" }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after tb: %-%-emit needs a verified plan\n", err)
+  end)
+
   it("emits host C and CUDA-ready source", function()
     local code, out = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=4", "--emit", "host" }
     assert.equal(0, code)
