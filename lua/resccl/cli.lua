@@ -115,6 +115,21 @@ local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0,
 -- The options resccl bench passes on to resccl-bench, in this order.
 local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "-G", "--dtype", "--op", "--nccl" }
 
+-- The driver's integer key=value arguments and their ranges (the GPU runtime
+-- takes at most 64 channels and 1024 threads a block).
+local INT_ARGS = {
+  count = { 1, 1 << 40 }, nmicro = { 1, 1 << 20 }, slots = { 1, 1 << 20 }, slot_bytes = { 1, 1 << 30 },
+  timeout_ms = { 1, (1 << 31) - 1 }, ndev = { 1, 1024 }, iters = { 0, 1 << 20 }, threads = { 32, 1024 },
+  channels = { 1, 64 }, direct = { 0, 1 },
+}
+
+-- A decimal integer in [lo, hi]; nil and what was expected otherwise.
+local function integer(v, lo, hi)
+  local n = v:match "^%d+$" and math.tointeger(tonumber(v))
+  if n and n >= lo and n <= hi then return n end
+  return nil, ("an integer from %d to %d expected"):format(lo, hi)
+end
+
 -- A size (bytes) or an integer of a resccl bench option.
 local function bench_number(flag, v)
   local n
@@ -192,8 +207,10 @@ local function parse(argv)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
     elseif a == "--channels" or a == "--depth" then
-      o[a:sub(3)] = math.tointeger(tonumber(value(a)))
-      if not o[a:sub(3)] or o[a:sub(3)] < 1 then error(a .. " needs a positive integer", 0) end
+      local v = value(a)
+      local n, expected = integer(v, 1, a == "--channels" and 64 or 1024)
+      if not n then error(("%s %s: %s"):format(a, v, expected), 0) end
+      o[a:sub(3)] = n
     elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
     elseif a == "-g" then o.ngpus = bench_number(a, value(a))
     elseif a == "--from" then
@@ -217,6 +234,11 @@ local function parse(argv)
     elseif a:find("=", 1, true) then
       local k, v = a:match "^([%w_]+)=(.*)$"
       if not k then error(("bad argument '%s' (key=value expected)"):format(a), 0) end
+      if INT_ARGS[k] then
+        local n, expected = integer(v, INT_ARGS[k][1], INT_ARGS[k][2])
+        if not n then error(("argument %s=%s: %s"):format(k, v, expected), 0) end
+        v = n
+      end
       o.args[k] = v
     elseif not o.file then o.file = a
     else error(("unexpected argument '%s'"):format(a), 0) end
@@ -265,11 +287,11 @@ end
 local function exec_args(o)
   local a = o.args
   return {
-    count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4,
+    count = a.count or 4099, nmicro = a.nmicro or 4,
     dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
-    slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
-    gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
-    threads = tonumber(a.threads), channels = tonumber(a.channels), direct = a.direct ~= "0",
+    slots = a.slots, slot_bytes = a.slot_bytes, timeout_ms = a.timeout_ms,
+    gpu = o.gpu, ndev = a.ndev, iters = a.iters or (o.gpu and 5 or nil),
+    threads = a.threads, channels = a.channels, direct = a.direct ~= 0,
   }
 end
 
@@ -473,8 +495,8 @@ function M.sim(o)
   local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
   local alg, prog, topo = build(o)
   local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order, ce = o.ce,
-    pull = o.pull, channels = o.channels, ours_channels = tonumber(o.args.channels), tile = tile, depth = o.depth,
-    nmicro = tonumber(o.args.nmicro),
+    pull = o.pull, channels = o.channels, ours_channels = o.args.channels, tile = tile, depth = o.depth,
+    nmicro = o.args.nmicro,
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
   local results, series = {}, {}

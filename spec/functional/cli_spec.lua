@@ -217,6 +217,33 @@ describe("bad input", function()
       "step for this transfer\n", err)
   end)
 
+  it("refuses numbers that are not whole or out of range, exit 2", function()
+    local cases = {
+      { "count=abc", "argument count=abc: an integer from 1 to 1099511627776 expected" },
+      { "count=", "argument count=: an integer from 1 to 1099511627776 expected" },
+      { "count=1.5", "argument count=1.5: an integer from 1 to 1099511627776 expected" },
+      { "count=-1", "argument count=-1: an integer from 1 to 1099511627776 expected" },
+      { "count=99999999999999999999", "argument count=99999999999999999999: an integer from 1 to 1099511627776 " ..
+        "expected" },
+      { "nmicro=abc", "argument nmicro=abc: an integer from 1 to 1048576 expected" },
+      { "slots=0", "argument slots=0: an integer from 1 to 1048576 expected" },
+      { "channels=3000000000", "argument channels=3000000000: an integer from 1 to 64 expected" },
+      { "direct=no", "argument direct=no: an integer from 0 to 1 expected" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=2", c[1] }
+      assert.equal(2, code, c[1])
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
+    end
+    local code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "nmicro=0" }
+    assert.equal(2, code)
+    assert.matches("argument nmicro=0: an integer from 1 to 1048576 expected", err)
+    code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "--depth", "0" }
+    assert.equal(2, code)
+    assert.matches("%-%-depth 0: an integer from 1 to 1024 expected", err)
+  end)
+
   it("rejects unknown script arguments and bad topologies", function()
     local code, _, err = h.cli { "run", "algorithms/allgather_ring.lua", "rank=4" }
     assert.equal(1, code)
