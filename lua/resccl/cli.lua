@@ -1,6 +1,7 @@
 --- The resccl command line: parse, then run one subcommand.
 -- Every compiling subcommand takes the same options and key=value arguments.
 local resccl = require "resccl"
+local output = require "resccl.output"
 local core = resccl.core
 
 local M = {}
@@ -329,16 +330,7 @@ function M.write_plan(o, alg, prog, topo, path)
       end
     end
   end
-  local tmp = path .. ".tmp"
-  local f, ferr = io.open(tmp, "wb")
-  if not f then error(ferr, 0) end
-  local ok, werr = f:write(table.concat(text))
-  f:close()
-  if ok then ok, werr = os.rename(tmp, path) end
-  if not ok then
-    os.remove(tmp)
-    error(("cannot write %s: %s"):format(path, werr), 0)
-  end
+  output.write(path, table.concat(text))
 end
 
 function M.compile(o)
@@ -590,10 +582,7 @@ function M.import(o)
       tbs_per_rank = plan and plan:report().tbs_per_rank }
   end
   if o.output then
-    local f, ferr = io.open(o.output, "w")
-    if not f then error(("cannot write %s: %s"):format(o.output, ferr), 0) end
-    f:write(import.to_lua(imp))
-    f:close()
+    output.write(o.output, import.to_lua(imp))
     r.wrote = o.output
   end
   if o.json then
@@ -640,14 +629,7 @@ function M.export(o)
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if err then error(err, 0) end
   local xml, notes = require("resccl.export.msccl_xml").write(plan, prog, { name = alg.name, inplace = o.inplace or false })
-  if o.msccl_xml == "-" then
-    io.write(xml)
-  else
-    local f, ferr = io.open(o.msccl_xml, "w")
-    if not f then error(("cannot write %s: %s"):format(o.msccl_xml, ferr), 0) end
-    f:write(xml)
-    f:close()
-  end
+  output.write(o.msccl_xml, xml)
   local out = o.msccl_xml == "-" and io.stderr or io.stdout
   if o.json then
     out:write(json { algorithm = alg.name, file = o.msccl_xml, notes = notes.lines, tbs_per_rank = notes.tbs_per_rank,

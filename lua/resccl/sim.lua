@@ -10,6 +10,7 @@
 -- MSCCL model keeps our schedule's order, so that it differs from ours only
 -- in what the runtime does (TBs, execution order, channels, interpreter).
 local resccl = require "resccl"
+local output = require "resccl.output"
 
 local M = {}
 
@@ -156,26 +157,25 @@ end
 --- Chrome trace-event JSON: a process per rank, a thread per TB, a slice per
 --- primitive call (one micro-batch). Opens in Perfetto and chrome://tracing.
 function M.write_trace(path, r)
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write trace: %s"):format(err), 0) end
-  f:write '{"displayTimeUnit":"ns","traceEvents":[\n'
+  local out = { '{"displayTimeUnit":"ns","traceEvents":[\n' }
   local ranks = {}
   for _, tb in ipairs(r.tbs) do
     if not ranks[tb.rank] then
       ranks[tb.rank] = true
-      f:write(('{"ph":"M","name":"process_name","pid":%d,"args":{"name":"rank %d"}},\n'):format(tb.rank, tb.rank))
+      out[#out + 1] = ('{"ph":"M","name":"process_name","pid":%d,"args":{"name":"rank %d"}},\n'):format(tb.rank,
+        tb.rank)
     end
-    f:write(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank, tb.tb,
-      tb.tb))
+    out[#out + 1] = ('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank,
+      tb.tb, tb.tb)
   end
   for _, s in ipairs(r.slices or {}) do -- none where no TB runs (copy engine alone)
     local tb = r.tbs[s.tb]
-    f:write(('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
+    out[#out + 1] = ('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
       '"micro_batch":%d,"subpipeline":%d}},\n'):format(json_str(s.kind), tb.rank, tb.tb, s.t0, s.t1 - s.t0,
-      s.peer, s.chunk, s.m, s.slot))
+      s.peer, s.chunk, s.m, s.slot)
   end
-  f:write(('{"ph":"i","name":"end","s":"g","pid":0,"tid":0,"ts":%.4f}\n]}\n'):format(r.time_us))
-  f:close()
+  out[#out + 1] = ('{"ph":"i","name":"end","s":"g","pid":0,"tid":0,"ts":%.4f}\n]}\n'):format(r.time_us)
+  output.write(path, table.concat(out))
 end
 
 -- ------------------------------------------------------------------- SVG
@@ -192,10 +192,7 @@ local PALETTE = { "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd2
 -- Close an SVG document and write it out.
 local function write_svg(path, out)
   out[#out + 1] = "</svg>\n"
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write SVG: %s"):format(err), 0) end
-  f:write(table.concat(out, "\n"))
-  f:close()
+  output.write(path, table.concat(out, "\n"))
 end
 
 --- TB timeline of each rank (at most `maxranks`): blocked time in light

@@ -59,6 +59,46 @@ describe("resccl", function()
     os.remove(path)
   end)
 
+  it("writes every output whole or not at all", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local path = dir .. "/out"
+    local outputs = {
+      { "compile", "algorithms/allreduce_ring.lua", "--plan", path },
+      { "export", "algorithms/allreduce_ring.lua", "--msccl-xml", path },
+      { "import", "spec/fixtures/import/ring_ar3.xml", "-o", path },
+      { "sim", "algorithms/allreduce_ring.lua", "--trace", path },
+      { "sim", "algorithms/allreduce_ring.lua", "--svg", path },
+    }
+    for _, args in ipairs(outputs) do
+      local what = table.concat(args, " ")
+      -- writes fail past 1 block (SIGXFSZ ignored: write and close report EFBIG)
+      local f = assert(io.open(path, "w"))
+      f:write "old"
+      f:close()
+      local code, _, err = h.cli(args, "trap '' XFSZ; ulimit -f 1;")
+      assert.equal(1, code, what)
+      assert.equal("resccl: cannot write " .. path .. ": File too large\n", err, what)
+      assert.equal("old", h.read(path), what)
+      assert.is_nil(io.open(path .. ".tmp"), what)
+      -- a folder that does not exist
+      args[#args] = dir .. "/no/out"
+      code, _, err = h.cli(args)
+      assert.equal(1, code, what)
+      assert.matches("^resccl: cannot write " .. dir .. "/no/out: ", err, what)
+    end
+    -- what is not a regular file is not replaced
+    assert(os.execute("mkfifo " .. path .. ".fifo"))
+    for _, target in ipairs { "/dev/full", "/dev/null", path .. ".fifo" } do
+      local code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", target }
+      assert.equal(1, code, target)
+      assert.equal("resccl: cannot write " .. target .. ": not a regular file\n", err)
+    end
+    assert(os.execute("test -c /dev/full && test -p " .. path .. ".fifo"))
+    os.execute("rm -r " .. dir)
+  end)
+
   it("runs the default job: verified and executed, exit 0", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
     assert.equal(0, code)
