@@ -483,14 +483,18 @@ function M.sim(o)
   local sim = require "resccl.sim"
   local sizes = { sim.parse_size(o.size or sim.SIZE) }
   if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)
-  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
-  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
+  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M; whole bytes, at most 1024T)"):format(o.size), 0) end
+  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s' (e.g. 1M)"):format(o.tile), 0)
   local alg, prog, topo = build(o)
   local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order, ce = o.ce,
     pull = o.pull, channels = o.channels, ours_channels = o.args.channels, tile = tile, depth = o.depth,
     nmicro = o.args.nmicro,
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
+  for _, v in ipairs(variants) do -- the largest size, before any run
+    local ok, err = sim.check_size(v, so, sizes[#sizes])
+    if not ok then error(err, 0) end
+  end
   local results, series = {}, {}
   for _, v in ipairs(variants) do
     series[#series + 1] = { name = v, points = {} }

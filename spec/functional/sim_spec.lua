@@ -162,7 +162,10 @@ describe("resccl sim", function()
   it("names bad sizes, baselines and unreachable topologies", function()
     local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "lots" }
     assert.equal(1, code)
-    assert.equal("resccl: bad --size 'lots' (e.g. 256M)\n", err)
+    assert.equal("resccl: bad --size 'lots' (e.g. 256M; whole bytes, at most 1024T)\n", err)
+    code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "99999999999999999999" }
+    assert.equal(1, code)
+    assert.equal("resccl: bad --size '99999999999999999999' (e.g. 256M; whole bytes, at most 1024T)\n", err)
     code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--baseline", "rccl" }
     assert.equal(2, code)
     assert.matches("%-%-baseline needs msccl|nccl", err)
@@ -173,6 +176,29 @@ describe("resccl sim", function()
     code, _, err = h.cli { "sim", "algorithms/alltoall_direct.lua", "ranks=4", "--baseline", "nccl" }
     assert.equal(1, code)
     assert.matches("no NCCL ring baseline for alltoall", err)
+  end)
+end)
+
+describe("resccl sim's limits", function()
+  it("refuses more tiles than it runs in a few seconds, before running any", function()
+    local cases = {
+      { { "ranks=4", "--tile", "1" }, "size 256 MiB is 268435456 tiles of 1 B" },
+      { { "--size", "999T" }, "size 999 TiB is 1047527424 tiles of 1 MiB" },
+      { { "--size", "4T", "--tile", "2K" }, "size 4 TiB is 2147483648 tiles of 2 KiB" },
+      { { "--sweep", "1M:2T" }, "size 2 TiB is 2097152 tiles of 1 MiB" },
+      -- as the GPU runtime runs it, no more micro-batches than tiles of 1 MiB
+      { { "ranks=2", "channels=4", "--tile", "1G", "--size", "1024T" }, "size 1024 TiB is 1073741824 tiles of 1 MiB" },
+    }
+    for _, c in ipairs(cases) do
+      local args = { "sim", "algorithms/allreduce_ring.lua" }
+      table.move(c[1], 1, #c[1], 3, args)
+      local t0 = os.time()
+      local code, out, err = h.cli(args)
+      assert.equal(1, code)
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. ", more than the simulator runs (1048576)\n", err)
+      assert.is_true(os.time() - t0 <= 2)
+    end
   end)
 end)
 
