@@ -179,6 +179,31 @@ describe("resccl sim", function()
   end)
 end)
 
+describe("topology files", function()
+  it("run as algorithm scripts do: the base library, the CPU budget, the file named in errors", function()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_error.lua" }
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures/topo_error.lua:6: 4 GPUs: too few for this cluster\n", err)
+    code, _, err = h.cli({ "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_runaway.lua" },
+      "RESCCL_BUDGET=1")
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures/topo_runaway.lua:3: script exceeded its budget of 1 s\n", err)
+    -- a precompiled file, as a topology and as an algorithm
+    local tmp = os.tmpname()
+    local path = tmp .. ".lua"
+    local f = assert(io.open(path, "wb"))
+    f:write(string.dump(load "return { nodes = 1, gpn = 2, intra_gbps = 100 }"))
+    f:close()
+    for _, args in ipairs { { "sim", "algorithms/allgather_ring.lua", "topo=" .. path }, { "run", path } } do
+      code, _, err = h.cli(args)
+      assert.equal(1, code)
+      assert.equal("resccl: " .. path .. ": attempt to load a binary chunk (mode is 't')\n", err)
+    end
+    os.remove(tmp)
+    os.remove(path)
+  end)
+end)
+
 describe("resccl sim's limits", function()
   it("refuses more tiles than it runs in a few seconds, before running any", function()
     local cases = {

@@ -133,6 +133,13 @@ describe("topologies", function()
     assert.equal(8, t:info().ranks)
     assert.matches("ranks 0 and 4 cannot reach each other %(no NIC between nodes%)",
       h.pcall_err(topo.custom, { nodes = 2, gpn = 4, intra_gbps = 100 }))
+    -- numbers first: a bad one is not taken for a missing link
+    assert.matches("custom': nic_gbps must be a finite number >= 0, got %-45$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = -45 }))
+    assert.matches("custom': nic_gbps must be a finite number >= 0, got %-?nan$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = 0 / 0 }))
+    assert.matches("custom': alpha_us must be a finite number >= 0, got inf$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", alpha_us = math.huge }))
     assert.matches("unknown topology field 'nics'", h.pcall_err(topo.custom, { nodes = 1, gpn = 2, nics = 1 }))
     assert.matches("unknown model 'v100'", h.pcall_err(topo.custom, { base = "v100:8" }))
   end)
