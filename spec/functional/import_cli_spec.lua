@@ -52,6 +52,9 @@ describe("resccl import", function()
     code, _, err = h.cli { "import", "no/such.xml" }
     assert.equal(1, code)
     assert.matches("^resccl: no/such.xml: cannot read", err)
+    code, _, err = h.cli { "import", "spec/fixtures" }
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures: cannot read: Is a directory\n", err)
   end)
 
   it("-o writes an editable ReSCCLang program that runs", function()
