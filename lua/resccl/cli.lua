@@ -253,11 +253,15 @@ local function compile_opts(o, inplace)
     ce = o.ce, pull = o.pull }
 end
 
--- Load and build the program; errors carry file:line already.
+-- Load and build the program; errors carry file:line already. --inplace
+-- needs an algorithm with an in-place form.
 local function build(o)
   if not o.file then error("a FILE is needed", 0) end
   local t0 = core.clock()
   local alg = resccl.load(o.file)
+  if o.inplace and not alg.inplace then
+    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
+  end
   local prog, topo = alg:program(o.args)
   o.parse_ms = core.clock() - t0
   return alg, prog, topo
@@ -627,9 +631,6 @@ function M.export(o)
   if o.ce then return usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
   if o.pull then return usage_error("export: --pull has no MSCCL form (an MSCCL runtime reads no peer's buffer)") end
   local alg, prog, topo = build(o)
-  if o.inplace and not alg.inplace then
-    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
-  end
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if err then error(err, 0) end
   local xml, notes = require("resccl.export.msccl_xml").write(plan, prog, { name = alg.name, inplace = o.inplace or false })
