@@ -101,8 +101,9 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          an algorithm by size
 
 key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
-h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
-f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
+h200:2, nmicro=N, count=N (elements; by default the first multiple of the
+chunks per block from 4099), dtype=i8|u8|i32|u32|i64|u64|f16|f32|f64|bf16
+(NCCL's spellings work too: half, bfloat16, uint8, ...),
 op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
 the algorithm's own parameters.
 ]]
@@ -289,10 +290,14 @@ local function exec_name(key, value, parse)
   return name
 end
 
-local function exec_args(o)
+-- plan:exec's arguments. The default count is the first multiple of the
+-- chunks per block from 4099 (a prime): every chunk then has one size, as a
+-- transfer between chunks at different places in a block needs, and the
+-- last slab still ends part-way through a vector.
+local function exec_args(o, chunks)
   local a = o.args
   return {
-    count = a.count or 4099, nmicro = a.nmicro or 4,
+    count = a.count or (4099 + chunks - 1) // chunks * chunks, nmicro = a.nmicro or 4,
     dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
     slots = a.slots, slot_bytes = a.slot_bytes, timeout_ms = a.timeout_ms,
     gpu = o.gpu, ndev = a.ndev, iters = a.iters or (o.gpu and 5 or nil),
@@ -416,7 +421,7 @@ function M.run(o)
   local other = resccl.compile(prog, topo, { sched = o.sched, tb = other_tb, fuse = o.fuse, order = o.order })
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
-  local ea = exec_args(o)
+  local ea = exec_args(o, p.chunks)
   r.execute = {}
   for _, inplace in ipairs { false, true } do
     local name = inplace and "in-place" or "out-of-place"

@@ -105,9 +105,20 @@ describe("resccl", function()
     assert.matches("collective%s+allreduce, 8 ranks", out)
     assert.matches("TBs/rank%s+state%-based %d+, connection%-based %d+", out)
     assert.matches("verify%s+ok", out)
-    assert.matches("exec%s+f32 sum count=4099 nmicro=4: max error 0, 0 wrong", out)
+    assert.matches("exec%s+f32 sum count=4104 nmicro=4: max error 0, 0 wrong", out)
     assert.matches("exec inplace f32 sum", out)
     assert.matches("result%s+PASS", out)
+  end)
+
+  it("runs a count that fits the plan by default; a count given is run as it is", function()
+    -- 2 chunks a block: the first multiple of 2 from 4099
+    local code, out = h.cli { "run", "spec/fixtures/scratch_shift.lua" }
+    assert.equal(0, code, out)
+    assert.matches("exec inplace f32 sum count=4100 nmicro=4: max error 0, 0 wrong", out)
+    code, out = h.cli { "run", "spec/fixtures/scratch_shift.lua", "count=4099" }
+    assert.equal(1, code)
+    assert.matches("exec inplace FAILED: spec/fixtures/scratch_shift.lua:12: count 4099 does not split evenly into 2 " ..
+      "chunks per block, as this transfer needs %(output chunk 0 %-> scratch chunk 1%)", out)
   end)
 
   it("prints one JSON report with the documented keys", function()
