@@ -8,6 +8,7 @@ local M = {}
 
 local USAGE = [[
 usage: resccl <command> [options] FILE [key=value ...]
+       resccl <command> --help     this text
 
 commands:
   run FILE       compile, verify, and execute the emitted code on the host
@@ -28,7 +29,7 @@ commands:
   repl           interactive Lua with the DSL loaded as `resccl`
   help           this text
 
-options:
+options (each command refuses those it does not use):
   --sched hpds|rr        scheduler (default hpds)
   --tb state|conn|manual|merge   thread-block allocation (default state);
                          manual keeps the TBs the program names (sendtb/
@@ -47,10 +48,11 @@ options:
                          (a one-shot all-reduce on two ranks then has one TB
                          per rank); plan files hold that form anyway where a
                          pull reduces and nothing is pushed, for mid sizes
-  --json                 print one machine-readable report
-  --dump dag|sched|lower|tb   print that stage
-  --stop-after STAGE     stop after dag|sched|lower|tb|verify
-  --inplace              compile for in-place buffers (compile)
+  --json                 print one machine-readable report (not bench)
+  --dump dag|sched|lower|tb   print that stage (compile)
+  --stop-after STAGE     stop after dag|sched|lower|tb|verify (compile; not
+                         with --plan or --emit)
+  --inplace              compile for in-place buffers (compile, export, sim)
   --fuse auto|always|never   fuse a receive (or local copy) with the send it
                          feeds: always, never, or auto (default): where the
                          TB it ties together loses nothing by running its work
@@ -100,12 +102,13 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          growing sizes; resccl_plan_load_range), as NCCL picks
                          an algorithm by size
 
-key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
-h200:2, nmicro=N, count=N (elements; by default the first multiple of the
-chunks per block from 4099), dtype=i8|u8|i32|u32|i64|u64|f16|f32|f64|bf16
-(NCCL's spellings work too: half, bfloat16, uint8, ...),
+key=value arguments go to the program: ranks=N, topo=PRESET or topo=FILE.lua
+(a topology file, docs/sim.md), nmicro=N, count=N (elements; by default the
+first multiple of the chunks per block from 4099), dtype=i8|u8|i32|u32|i64|
+u64|f16|f32|f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
 op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
 the algorithm's own parameters.
+topology presets: TOPOLOGIES
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
@@ -525,6 +528,7 @@ function M.sim(o)
   end
   if o.json then
     local r = report(alg, prog, topo)
+    r.verify = "ok" -- the simulator runs verified plans only
     r.sim = sim.json_result(last.ours)
     if o.baseline then r.baseline = sim.json_result(last[o.baseline]) end
     if o.sweep then
@@ -731,8 +735,13 @@ function M.bench(o)
   return status
 end
 
+-- The usage, with the topology presets as src/topo.c lists them.
+local function usage()
+  return (USAGE:gsub("TOPOLOGIES", function() return require("resccl.topo").presets() end))
+end
+
 function M.help()
-  io.write(USAGE)
+  io.write(usage())
   return 0
 end
 
@@ -740,16 +749,20 @@ end
 --- was run (bench looks for resccl-bench beside it); returns the exit code.
 function M.main(argv)
   local cmd = argv[1]
-  if cmd == nil then io.stderr:write(USAGE) return 2 end
+  if cmd == nil then io.stderr:write(usage()) return 2 end
   if cmd == "--version" or cmd == "version" then
     print("resccl " .. core.version)
     return 0
   end
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
   if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export"
-      or cmd == "bench") then
+      or cmd == "bench" or cmd == "repl") then
     return usage_error(("unknown command '%s'"):format(cmd))
   end
+  for i = 2, #argv do
+    if argv[i] == "--help" or argv[i] == "-h" then return M.help() end
+  end
+  if cmd == "repl" then return usage_error("'repl' takes no arguments") end -- main.c runs a bare `resccl repl`
   local ok, o = pcall(parse, argv)
   if not ok then return usage_error(o) end
   if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end

@@ -12,6 +12,36 @@ describe("resccl", function()
     assert.matches("^resccl %d+%.%d+%.%d+\n$", out)
   end)
 
+  it("lists every topology preset, and prints the usage for --help after any command", function()
+    local _, usage = h.cli { "help" }
+    assert.matches("\ntopology presets: a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", usage)
+    for _, cmd in ipairs { "run", "compile", "verify", "import", "export", "sim", "bench" } do
+      local code, out, err = h.cli { cmd, "--help" }
+      assert.equal(0, code, cmd)
+      assert.equal(usage, out)
+      assert.equal("", err)
+    end
+    assert.equal(0, (h.cli { "sim", "algorithms/allgather_ring.lua", "--size", "1M", "-h" }))
+  end)
+
+  it("refuses an option the command does not use", function()
+    local cases = {
+      { { "run", "algorithms/allgather_ring.lua", "--plan", "x" }, "--plan is an option of compile, not of run" },
+      { { "import", "spec/fixtures/import/ring_ar3.xml", "--msccl-xml", "x" },
+        "--msccl-xml is an option of export, not of import" },
+      { { "verify", "algorithms/allgather_ring.lua", "--inplace" },
+        "--inplace is an option of compile, export, sim, not of verify" },
+      { { "bench", "algorithms/allgather_ring.lua", "--json" },
+        "--json is an option of run, compile, verify, import, export, sim, not of bench" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = h.cli(c[1])
+      assert.equal(2, code)
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
+    end
+  end)
+
   it("exits 2 on usage errors", function()
     local code, _, err = h.cli { "frobnicate" }
     assert.equal(2, code)

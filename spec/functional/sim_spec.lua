@@ -76,6 +76,7 @@ describe("resccl sim", function()
     assert.equal(0, code)
     local r = cjson.decode(out)
     assert.equal("allreduce_hm", r.algorithm)
+    assert.equal("ok", r.verify) -- only verified plans are simulated
     for _, k in ipairs { "size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "tb_busy_avg", "tb_idle_avg",
       "tb_idle_max", "links", "tbs", "nmicro" } do
       assert.is_not_nil(r.sim[k], k)
