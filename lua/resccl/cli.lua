@@ -1,5 +1,6 @@
 --- The resccl command line: parse, then run one subcommand.
--- Every compiling subcommand takes the same options and key=value arguments.
+-- Every compiling subcommand takes the same key=value arguments; each option
+-- names the commands that take it (FOR).
 local resccl = require "resccl"
 local output = require "resccl.output"
 local core = resccl.core
@@ -347,7 +348,8 @@ end
 
 function M.compile(o)
   if o.stop_after and o.stop_after ~= "verify" and (o.plan or o.emit) then
-    return usage_error(("--stop-after %s: %s needs a verified plan"):format(o.stop_after, o.plan and "--plan" or "--emit"))
+    return usage_error(("--stop-after %s: %s needs a verified plan"):format(o.stop_after,
+      o.plan and "--plan" or "--emit"))
   end
   local alg, prog, topo = build(o)
   if o.plan then

@@ -147,8 +147,8 @@ describe("resccl", function()
     assert.matches("exec inplace f32 sum count=4100 nmicro=4: max error 0, 0 wrong", out)
     code, out = h.cli { "run", "spec/fixtures/scratch_shift.lua", "count=4099" }
     assert.equal(1, code)
-    assert.matches("exec inplace FAILED: spec/fixtures/scratch_shift.lua:12: count 4099 does not split evenly into 2 " ..
-      "chunks per block, as this transfer needs %(output chunk 0 %-> scratch chunk 1%)", out)
+    assert.matches("exec inplace FAILED: spec/fixtures/scratch_shift.lua:12: count 4099 does not split evenly " ..
+      "into 2 chunks per block, as this transfer needs %(output chunk 0 %-> scratch chunk 1%)", out)
   end)
 
   it("prints one JSON report with the documented keys", function()
