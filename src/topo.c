@@ -17,6 +17,8 @@
 ** transmit and a receive switch port. Ids are computed, not stored, so 1024
 ** ranks cost nothing.
 */
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,24 +59,37 @@ static const Preset presets[] = {
 
 static const char *const KNOWN = "a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N";
 
-/* Count links; check that every pair of ranks can reach the other. */
+/* The numbers of a topology: latencies, bandwidths, penalties, each finite and >= 0. */
+#define FIELD(f) {#f, offsetof(Topo, f)}
+static const struct {
+  const char *name;
+  size_t off;
+} NUMBERS[] = {
+    FIELD(intra_gbps), FIELD(intra_lat_us), FIELD(nic_gbps), FIELD(nic_lat_us), FIELD(alpha_us), FIELD(tb_gbps),
+    FIELD(tb_reduce_gbps), FIELD(intra_sat), FIELD(nic_sat), FIELD(intra_gamma), FIELD(nic_gamma), FIELD(ce_gbps),
+    FIELD(ce_local_gbps), FIELD(ce_lat_us), FIELD(ce_sync_us), FIELD(read_gbps), FIELD(tb_read_gbps),
+    FIELD(pull_sync_us)};
+#undef FIELD
+
+/* Check every number, then that every pair of ranks can reach the other; count links. */
 Topo *topo_new(const Topo *desc, Err *e) {
   const Topo *d = desc;
   if (d->nnodes < 1 || d->gpn < 1)
     return err_set(e, RC_ETOPO, "topology '%s': needs at least one node and one GPU per node", d->spec), NULL;
   if (d->nnodes > MAX_NODES || d->gpn > MAX_GPN || d->nnodes * d->gpn > MAX_GPN)
     return err_set(e, RC_ETOPO, "topology '%s': at most %d nodes and %d GPUs", d->spec, MAX_NODES, MAX_GPN), NULL;
+  for (size_t i = 0; i < sizeof NUMBERS / sizeof *NUMBERS; i++) {
+    double v = *(const double *)((const char *)d + NUMBERS[i].off);
+    if (!(isfinite(v) && v >= 0))
+      return err_set(e, RC_ETOPO, "topology '%s': %s must be a finite number >= 0, got %g", d->spec, NUMBERS[i].name,
+                     v), NULL;
+  }
   if (d->gpn > 1 && !(d->intra_gbps > 0))
     return err_set(e, RC_ETOPO, "topology '%s': ranks 0 and 1 cannot reach each other (no intra-node bandwidth)",
                    d->spec), NULL;
   if (d->nnodes > 1 && !(d->nic_gbps > 0 && d->gpus_per_nic >= 1))
     return err_set(e, RC_ETOPO, "topology '%s': ranks 0 and %d cannot reach each other (no NIC between nodes)",
                    d->spec, d->gpn), NULL;
-  if (d->alpha_us < 0 || d->tb_gbps < 0 || d->tb_reduce_gbps < 0 || d->intra_lat_us < 0 || d->nic_lat_us < 0 ||
-      d->intra_sat < 0 || d->nic_sat < 0 || d->intra_gamma < 0 || d->nic_gamma < 0 || d->ce_gbps < 0 ||
-      d->ce_local_gbps < 0 || d->ce_lat_us < 0 || d->ce_sync_us < 0 || d->read_gbps < 0 || d->tb_read_gbps < 0 ||
-      d->pull_sync_us < 0)
-    return err_set(e, RC_ETOPO, "topology '%s': negative latency, bandwidth or penalty", d->spec), NULL;
   Topo *t = xmalloc(sizeof *t);
   *t = *d;
   t->nranks = t->nnodes * t->gpn;

@@ -1,12 +1,15 @@
 --- The resccl command line: parse, then run one subcommand.
--- Every compiling subcommand takes the same options and key=value arguments.
+-- Every compiling subcommand takes the same key=value arguments; each option
+-- names the commands that take it (FOR).
 local resccl = require "resccl"
+local output = require "resccl.output"
 local core = resccl.core
 
 local M = {}
 
 local USAGE = [[
 usage: resccl <command> [options] FILE [key=value ...]
+       resccl <command> --help     this text
 
 commands:
   run FILE       compile, verify, and execute the emitted code on the host
@@ -27,7 +30,7 @@ commands:
   repl           interactive Lua with the DSL loaded as `resccl`
   help           this text
 
-options:
+options (each command refuses those it does not use):
   --sched hpds|rr        scheduler (default hpds)
   --tb state|conn|manual|merge   thread-block allocation (default state);
                          manual keeps the TBs the program names (sendtb/
@@ -46,10 +49,11 @@ options:
                          (a one-shot all-reduce on two ranks then has one TB
                          per rank); plan files hold that form anyway where a
                          pull reduces and nothing is pushed, for mid sizes
-  --json                 print one machine-readable report
-  --dump dag|sched|lower|tb   print that stage
-  --stop-after STAGE     stop after dag|sched|lower|tb|verify
-  --inplace              compile for in-place buffers (compile)
+  --json                 print one machine-readable report (not bench)
+  --dump dag|sched|lower|tb   print that stage (compile)
+  --stop-after STAGE     stop after dag|sched|lower|tb|verify (compile; not
+                         with --plan or --emit)
+  --inplace              compile for in-place buffers (compile, export, sim)
   --fuse auto|always|never   fuse a receive (or local copy) with the send it
                          feeds: always, never, or auto (default): where the
                          TB it ties together loses nothing by running its work
@@ -99,11 +103,13 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          growing sizes; resccl_plan_load_range), as NCCL picks
                          an algorithm by size
 
-key=value arguments go to the program: ranks=N, topo=a100:NxG | nvswitch:G |
-h200:2, nmicro=N, count=N (elements), dtype=i8|u8|i32|u32|i64|u64|f16|f32|
-f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
+key=value arguments go to the program: ranks=N, topo=PRESET or topo=FILE.lua
+(a topology file, docs/sim.md), nmicro=N, count=N (elements; by default the
+first multiple of the chunks per block from 4099), dtype=i8|u8|i32|u32|i64|
+u64|f16|f32|f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
 op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
 the algorithm's own parameters.
+topology presets: TOPOLOGIES
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
@@ -114,6 +120,21 @@ local BENCH_SIZES = { ["-b"] = true, ["-e"] = true, ["-i"] = true, ["--from"] = 
 local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0, ["-G"] = 0 }
 -- The options resccl bench passes on to resccl-bench, in this order.
 local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "-G", "--dtype", "--op", "--nccl" }
+
+-- The driver's integer key=value arguments and their ranges (the GPU runtime
+-- takes at most 64 channels and 1024 threads a block).
+local INT_ARGS = {
+  count = { 1, 1 << 40 }, nmicro = { 1, 1 << 20 }, slots = { 1, 1 << 20 }, slot_bytes = { 1, 1 << 30 },
+  timeout_ms = { 1, (1 << 31) - 1 }, ndev = { 1, 1024 }, iters = { 0, 1 << 20 }, threads = { 32, 1024 },
+  channels = { 1, 64 }, direct = { 0, 1 },
+}
+
+-- A decimal integer in [lo, hi]; nil and what was expected otherwise.
+local function integer(v, lo, hi)
+  local n = v:match "^%d+$" and math.tointeger(tonumber(v))
+  if n and n >= lo and n <= hi then return n end
+  return nil, ("an integer from %d to %d expected"):format(lo, hi)
+end
 
 -- A size (bytes) or an integer of a resccl bench option.
 local function bench_number(flag, v)
@@ -129,6 +150,22 @@ local function bench_number(flag, v)
   end
   return n
 end
+
+-- The commands that take each option; the others refuse it.
+local FOR = {}
+local function takes(cmds, flags)
+  for _, f in ipairs(flags) do FOR[f] = cmds end
+end
+takes("run compile verify import export sim bench", { "--sched", "--tb", "--order", "--fuse", "--ce", "--pull" })
+takes("run compile verify import export sim", { "--json" })
+takes("compile", { "--dump", "--stop-after", "--emit", "--plan" })
+takes("compile export sim", { "--inplace" })
+takes("run", { "--gpu" })
+takes("import", { "-o", "--output" })
+takes("export", { "--msccl-xml" })
+takes("sim", { "--size", "--tile", "--sweep", "--baseline", "--channels", "--depth", "--trace", "--svg" })
+takes("bench", { "-g", "--from", "-b", "-e", "-i", "-f", "-n", "-w", "-c", "-G", "-d", "--dtype", "--op", "--nccl",
+  "--coll", "--virtual" })
 
 local NAMED = { state = "state-based", conn = "connection-based", manual = "hand-placed", merge = "merged" }
 
@@ -154,6 +191,9 @@ local function parse(argv)
   end
   while i <= #argv do
     local a = argv[i]
+    if FOR[a] and not (" " .. FOR[a] .. " "):find(" " .. o.cmd .. " ", 1, true) then
+      error(("%s is an option of %s, not of %s"):format(a, FOR[a]:gsub(" ", ", "), o.cmd), 0)
+    end
     if a == "--sched" then o.sched = value(a, { hpds = true, rr = true })
     elseif a == "--tb" then o.tb = value(a, { state = true, conn = true, manual = true, merge = true })
     elseif a == "--order" then o.order = value(a, { task = true, algorithm = true })
@@ -173,8 +213,10 @@ local function parse(argv)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
     elseif a == "--channels" or a == "--depth" then
-      o[a:sub(3)] = math.tointeger(tonumber(value(a)))
-      if not o[a:sub(3)] or o[a:sub(3)] < 1 then error(a .. " needs a positive integer", 0) end
+      local v = value(a)
+      local n, expected = integer(v, 1, a == "--channels" and 64 or 1024)
+      if not n then error(("%s %s: %s"):format(a, v, expected), 0) end
+      o[a:sub(3)] = n
     elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
     elseif a == "-g" then o.ngpus = bench_number(a, value(a))
     elseif a == "--from" then
@@ -198,6 +240,11 @@ local function parse(argv)
     elseif a:find("=", 1, true) then
       local k, v = a:match "^([%w_]+)=(.*)$"
       if not k then error(("bad argument '%s' (key=value expected)"):format(a), 0) end
+      if INT_ARGS[k] then
+        local n, expected = integer(v, INT_ARGS[k][1], INT_ARGS[k][2])
+        if not n then error(("argument %s=%s: %s"):format(k, v, expected), 0) end
+        v = n
+      end
       o.args[k] = v
     elseif not o.file then o.file = a
     else error(("unexpected argument '%s'"):format(a), 0) end
@@ -211,11 +258,15 @@ local function compile_opts(o, inplace)
     ce = o.ce, pull = o.pull }
 end
 
--- Load and build the program; errors carry file:line already.
+-- Load and build the program; errors carry file:line already. --inplace
+-- needs an algorithm with an in-place form.
 local function build(o)
   if not o.file then error("a FILE is needed", 0) end
   local t0 = core.clock()
   local alg = resccl.load(o.file)
+  if o.inplace and not alg.inplace then
+    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
+  end
   local prog, topo = alg:program(o.args)
   o.parse_ms = core.clock() - t0
   return alg, prog, topo
@@ -243,14 +294,18 @@ local function exec_name(key, value, parse)
   return name
 end
 
-local function exec_args(o)
+-- plan:exec's arguments. The default count is the first multiple of the
+-- chunks per block from 4099 (a prime): every chunk then has one size, as a
+-- transfer between chunks at different places in a block needs, and the
+-- last slab still ends part-way through a vector.
+local function exec_args(o, chunks)
   local a = o.args
   return {
-    count = tonumber(a.count) or 4099, nmicro = tonumber(a.nmicro) or 4,
+    count = a.count or (4099 + chunks - 1) // chunks * chunks, nmicro = a.nmicro or 4,
     dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
-    slots = tonumber(a.slots), slot_bytes = tonumber(a.slot_bytes), timeout_ms = tonumber(a.timeout_ms),
-    gpu = o.gpu, ndev = tonumber(a.ndev), iters = tonumber(a.iters) or (o.gpu and 5 or nil),
-    threads = tonumber(a.threads), channels = tonumber(a.channels), direct = a.direct ~= "0",
+    slots = a.slots, slot_bytes = a.slot_bytes, timeout_ms = a.timeout_ms,
+    gpu = o.gpu, ndev = a.ndev, iters = a.iters or (o.gpu and 5 or nil),
+    threads = a.threads, channels = a.channels, direct = a.direct ~= 0,
   }
 end
 
@@ -288,19 +343,14 @@ function M.write_plan(o, alg, prog, topo, path)
       end
     end
   end
-  local tmp = path .. ".tmp"
-  local f, ferr = io.open(tmp, "wb")
-  if not f then error(ferr, 0) end
-  local ok, werr = f:write(table.concat(text))
-  f:close()
-  if ok then ok, werr = os.rename(tmp, path) end
-  if not ok then
-    os.remove(tmp)
-    error(("cannot write %s: %s"):format(path, werr), 0)
-  end
+  output.write(path, table.concat(text))
 end
 
 function M.compile(o)
+  if o.stop_after and o.stop_after ~= "verify" and (o.plan or o.emit) then
+    return usage_error(("--stop-after %s: %s needs a verified plan"):format(o.stop_after,
+      o.plan and "--plan" or "--emit"))
+  end
   local alg, prog, topo = build(o)
   if o.plan then
     M.write_plan(o, alg, prog, topo, o.plan)
@@ -376,7 +426,7 @@ function M.run(o)
   local other = resccl.compile(prog, topo, { sched = o.sched, tb = other_tb, fuse = o.fuse, order = o.order })
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
-  local ea = exec_args(o)
+  local ea = exec_args(o, p.chunks)
   r.execute = {}
   for _, inplace in ipairs { false, true } do
     local name = inplace and "in-place" or "out-of-place"
@@ -447,14 +497,18 @@ function M.sim(o)
   local sim = require "resccl.sim"
   local sizes = { sim.parse_size(o.size or sim.SIZE) }
   if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)
-  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M)"):format(o.size), 0) end
-  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s'"):format(o.tile), 0)
+  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M; whole bytes, at most 1024T)"):format(o.size), 0) end
+  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s' (e.g. 1M)"):format(o.tile), 0)
   local alg, prog, topo = build(o)
   local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order, ce = o.ce,
-    pull = o.pull, channels = o.channels, ours_channels = tonumber(o.args.channels), tile = tile, depth = o.depth,
-    nmicro = tonumber(o.args.nmicro),
+    pull = o.pull, channels = o.channels, ours_channels = o.args.channels, tile = tile, depth = o.depth,
+    nmicro = o.args.nmicro,
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
+  for _, v in ipairs(variants) do -- the largest size, before any run
+    local ok, err = sim.check_size(v, so, sizes[#sizes])
+    if not ok then error(err, 0) end
+  end
   local results, series = {}, {}
   for _, v in ipairs(variants) do
     series[#series + 1] = { name = v, points = {} }
@@ -476,6 +530,7 @@ function M.sim(o)
   end
   if o.json then
     local r = report(alg, prog, topo)
+    r.verify = "ok" -- the simulator runs verified plans only
     r.sim = sim.json_result(last.ours)
     if o.baseline then r.baseline = sim.json_result(last[o.baseline]) end
     if o.sweep then
@@ -546,10 +601,7 @@ function M.import(o)
       tbs_per_rank = plan and plan:report().tbs_per_rank }
   end
   if o.output then
-    local f, ferr = io.open(o.output, "w")
-    if not f then error(("cannot write %s: %s"):format(o.output, ferr), 0) end
-    f:write(import.to_lua(imp))
-    f:close()
+    output.write(o.output, import.to_lua(imp))
     r.wrote = o.output
   end
   if o.json then
@@ -590,20 +642,10 @@ function M.export(o)
   if o.ce then return usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
   if o.pull then return usage_error("export: --pull has no MSCCL form (an MSCCL runtime reads no peer's buffer)") end
   local alg, prog, topo = build(o)
-  if o.inplace and not alg.inplace then
-    error(("%s:%d: algorithm %s does not support in-place buffers"):format(alg.file, alg.line, alg.name), 0)
-  end
   local plan, err = resccl.compile(prog, topo, compile_opts(o, o.inplace or false))
   if err then error(err, 0) end
   local xml, notes = require("resccl.export.msccl_xml").write(plan, prog, { name = alg.name, inplace = o.inplace or false })
-  if o.msccl_xml == "-" then
-    io.write(xml)
-  else
-    local f, ferr = io.open(o.msccl_xml, "w")
-    if not f then error(("cannot write %s: %s"):format(o.msccl_xml, ferr), 0) end
-    f:write(xml)
-    f:close()
-  end
+  output.write(o.msccl_xml, xml)
   local out = o.msccl_xml == "-" and io.stderr or io.stdout
   if o.json then
     out:write(json { algorithm = alg.name, file = o.msccl_xml, notes = notes.lines, tbs_per_rank = notes.tbs_per_rank,
@@ -695,8 +737,13 @@ function M.bench(o)
   return status
 end
 
+-- The usage, with the topology presets as src/topo.c lists them.
+local function usage()
+  return (USAGE:gsub("TOPOLOGIES", function() return require("resccl.topo").presets() end))
+end
+
 function M.help()
-  io.write(USAGE)
+  io.write(usage())
   return 0
 end
 
@@ -704,16 +751,20 @@ end
 --- was run (bench looks for resccl-bench beside it); returns the exit code.
 function M.main(argv)
   local cmd = argv[1]
-  if cmd == nil then io.stderr:write(USAGE) return 2 end
+  if cmd == nil then io.stderr:write(usage()) return 2 end
   if cmd == "--version" or cmd == "version" then
     print("resccl " .. core.version)
     return 0
   end
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
   if not (cmd == "run" or cmd == "compile" or cmd == "verify" or cmd == "sim" or cmd == "import" or cmd == "export"
-      or cmd == "bench") then
+      or cmd == "bench" or cmd == "repl") then
     return usage_error(("unknown command '%s'"):format(cmd))
   end
+  for i = 2, #argv do
+    if argv[i] == "--help" or argv[i] == "-h" then return M.help() end
+  end
+  if cmd == "repl" then return usage_error("'repl' takes no arguments") end -- main.c runs a bare `resccl repl`
   local ok, o = pcall(parse, argv)
   if not ok then return usage_error(o) end
   if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end

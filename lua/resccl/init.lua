@@ -384,6 +384,18 @@ local function sandbox()
   return env
 end
 
+--- Run a Lua source file in the sandbox, under the CPU budget; returns what
+--- it returns. Errors name the file.
+---@param path string
+function M.run_file(path)
+  local chunk, err = loadfile(path, "t", sandbox())
+  if not chunk then
+    -- a precompiled chunk is the one thing load reports without the file's name
+    error(err:match "^attempt to load" and ("%s: %s"):format(path, err) or err, 0)
+  end
+  return budgeted(chunk)
+end
+
 --- Load an algorithm script.
 ---@param path string
 ---@return table algorithm
@@ -392,10 +404,8 @@ function M.load(path)
     local import = require "resccl.import"
     if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL / MSCCL++ JSON
   end
-  local chunk, err = loadfile(path, "t", sandbox())
-  if not chunk then error(err, 0) end
   registered, loading = nil, path
-  local ok, ret = pcall(budgeted, chunk)
+  local ok, ret = pcall(M.run_file, path)
   loading = nil
   if not ok then error(ret, 0) end
   local alg = getmetatable(ret) == Algorithm and ret or registered

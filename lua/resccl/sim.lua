@@ -10,6 +10,7 @@
 -- MSCCL model keeps our schedule's order, so that it differs from ours only
 -- in what the runtime does (TBs, execution order, channels, interpreter).
 local resccl = require "resccl"
+local output = require "resccl.output"
 
 local M = {}
 
@@ -26,15 +27,22 @@ M.SIZE = 256 << 20
 M.MSCCL_CHANNELS = 2
 M.MSCCL_SLOWDOWN = 1 - 1 / 1.171
 
---- Parse "256M", "1G", "4096", "1.5K" (powers of 1024, like nccl-tests).
+--- The largest size, and the most tiles of a buffer (size / tile): the
+--- simulator runs every micro-batch of every primitive, and 2^20 tiles of a
+--- ring all-reduce on 4 ranks take it about 2 s.
+M.MAX_SIZE = 1 << 50
+M.MAX_TILES = 1 << 20
+
+--- Parse "256M", "1G", "4096", "1.5K" (powers of 1024, like nccl-tests):
+--- whole bytes from 1 to MAX_SIZE.
 ---@param s string
 ---@return integer|nil bytes
 function M.parse_size(s)
   local num, unit = tostring(s):match "^(%d+%.?%d*)([KkMmGgTt]?)[Bb]?$"
   if not num then return nil end
   local mul = ({ [""] = 1, k = 1 << 10, m = 1 << 20, g = 1 << 30, t = 1 << 40 })[unit:lower()]
-  local v = math.floor(tonumber(num) * mul + 0.5)
-  return v >= 1 and v or nil
+  local v = tonumber(num) * (mul + 0.0) -- in floats, which do not wrap around
+  return v >= 1 and v <= M.MAX_SIZE and math.tointeger(v) or nil
 end
 
 --- "256 MiB" style, for tables.
@@ -105,9 +113,23 @@ function M.plan(variant, prog, topo, o)
   return plan, sopts, prog
 end
 
+--- Is size at most MAX_TILES tiles for this variant? true, or nil, message.
+function M.check_size(variant, o, size)
+  -- ours as the GPU runtime runs it (channels=K) has no more micro-batches than tiles of TILE make
+  local tile = o.tile or M.TILE
+  if variant == "ours" and o.ours_channels then tile = math.min(tile, M.TILE) end
+  if size / tile > M.MAX_TILES then
+    return nil, ("size %s is %.0f tiles of %s, more than the simulator runs (%d)"):format(M.fmt_size(size),
+      size / tile, M.fmt_size(tile), M.MAX_TILES)
+  end
+  return true
+end
+
 --- Simulate one variant at one size.
 ---@return table|nil result, string|nil error
 function M.run(variant, prog, topo, o, size)
+  local fits, why = M.check_size(variant, o, size)
+  if not fits then return nil, why end
   local plan, sopts, p2 = M.plan(variant, prog, topo, o)
   if not plan then return nil, sopts end
   local r, err = plan:sim { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
@@ -156,26 +178,25 @@ end
 --- Chrome trace-event JSON: a process per rank, a thread per TB, a slice per
 --- primitive call (one micro-batch). Opens in Perfetto and chrome://tracing.
 function M.write_trace(path, r)
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write trace: %s"):format(err), 0) end
-  f:write '{"displayTimeUnit":"ns","traceEvents":[\n'
+  local out = { '{"displayTimeUnit":"ns","traceEvents":[\n' }
   local ranks = {}
   for _, tb in ipairs(r.tbs) do
     if not ranks[tb.rank] then
       ranks[tb.rank] = true
-      f:write(('{"ph":"M","name":"process_name","pid":%d,"args":{"name":"rank %d"}},\n'):format(tb.rank, tb.rank))
+      out[#out + 1] = ('{"ph":"M","name":"process_name","pid":%d,"args":{"name":"rank %d"}},\n'):format(tb.rank,
+        tb.rank)
     end
-    f:write(('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank, tb.tb,
-      tb.tb))
+    out[#out + 1] = ('{"ph":"M","name":"thread_name","pid":%d,"tid":%d,"args":{"name":"tb %d"}},\n'):format(tb.rank,
+      tb.tb, tb.tb)
   end
   for _, s in ipairs(r.slices or {}) do -- none where no TB runs (copy engine alone)
     local tb = r.tbs[s.tb]
-    f:write(('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
+    out[#out + 1] = ('{"ph":"X","name":%s,"pid":%d,"tid":%d,"ts":%.4f,"dur":%.4f,"args":{"peer":%d,"chunk":%d,' ..
       '"micro_batch":%d,"subpipeline":%d}},\n'):format(json_str(s.kind), tb.rank, tb.tb, s.t0, s.t1 - s.t0,
-      s.peer, s.chunk, s.m, s.slot))
+      s.peer, s.chunk, s.m, s.slot)
   end
-  f:write(('{"ph":"i","name":"end","s":"g","pid":0,"tid":0,"ts":%.4f}\n]}\n'):format(r.time_us))
-  f:close()
+  out[#out + 1] = ('{"ph":"i","name":"end","s":"g","pid":0,"tid":0,"ts":%.4f}\n]}\n'):format(r.time_us)
+  output.write(path, table.concat(out))
 end
 
 -- ------------------------------------------------------------------- SVG
@@ -192,10 +213,7 @@ local PALETTE = { "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#bcbd2
 -- Close an SVG document and write it out.
 local function write_svg(path, out)
   out[#out + 1] = "</svg>\n"
-  local f, err = io.open(path, "w")
-  if not f then error(("cannot write SVG: %s"):format(err), 0) end
-  f:write(table.concat(out, "\n"))
-  f:close()
+  output.write(path, table.concat(out, "\n"))
 end
 
 --- TB timeline of each rank (at most `maxranks`): blocked time in light

@@ -98,6 +98,14 @@ local core = require "resccl.core"
 
 local M = {}
 
+--- The presets' spellings, "a100:NxG, nvswitch:G, ... or ndv4:N": src/topo.c
+--- lists them in its message for a malformed name.
+---@return string
+function M.presets()
+  local _, err = pcall(core.topo, "")
+  return (tostring(err):match "expected (.+)$")
+end
+
 --- The numbers of a preset or of a Topo.
 ---@param t string|userdata
 ---@return table
@@ -128,14 +136,12 @@ function M.custom(def)
   return topo
 end
 
---- Load a topology file: a Lua script that returns a table for M.custom.
+--- Load a topology file: a Lua script that returns a table for M.custom,
+--- run as algorithm scripts are (resccl.run_file).
 ---@param path string
 ---@return userdata topo
 function M.load(path)
-  local chunk, err = loadfile(path, "t", { math = math })
-  if not chunk then error(err, 0) end
-  local ok, def = pcall(chunk)
-  if not ok then error(def, 0) end
+  local def = require("resccl").run_file(path)
   if type(def) ~= "table" then error(path .. ": a topology file must return a table", 0) end
   def.name = def.name or path
   local ok2, topo = pcall(M.custom, def)

@@ -12,6 +12,36 @@ describe("resccl", function()
     assert.matches("^resccl %d+%.%d+%.%d+\n$", out)
   end)
 
+  it("lists every topology preset, and prints the usage for --help after any command", function()
+    local _, usage = h.cli { "help" }
+    assert.matches("\ntopology presets: a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N\n", usage)
+    for _, cmd in ipairs { "run", "compile", "verify", "import", "export", "sim", "bench" } do
+      local code, out, err = h.cli { cmd, "--help" }
+      assert.equal(0, code, cmd)
+      assert.equal(usage, out)
+      assert.equal("", err)
+    end
+    assert.equal(0, (h.cli { "sim", "algorithms/allgather_ring.lua", "--size", "1M", "-h" }))
+  end)
+
+  it("refuses an option the command does not use", function()
+    local cases = {
+      { { "run", "algorithms/allgather_ring.lua", "--plan", "x" }, "--plan is an option of compile, not of run" },
+      { { "import", "spec/fixtures/import/ring_ar3.xml", "--msccl-xml", "x" },
+        "--msccl-xml is an option of export, not of import" },
+      { { "verify", "algorithms/allgather_ring.lua", "--inplace" },
+        "--inplace is an option of compile, export, sim, not of verify" },
+      { { "bench", "algorithms/allgather_ring.lua", "--json" },
+        "--json is an option of run, compile, verify, import, export, sim, not of bench" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = h.cli(c[1])
+      assert.equal(2, code)
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
+    end
+  end)
+
   it("exits 2 on usage errors", function()
     local code, _, err = h.cli { "frobnicate" }
     assert.equal(2, code)
@@ -59,15 +89,66 @@ describe("resccl", function()
     os.remove(path)
   end)
 
+  it("writes every output whole or not at all", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    local path = dir .. "/out"
+    local outputs = {
+      { "compile", "algorithms/allreduce_ring.lua", "--plan", path },
+      { "export", "algorithms/allreduce_ring.lua", "--msccl-xml", path },
+      { "import", "spec/fixtures/import/ring_ar3.xml", "-o", path },
+      { "sim", "algorithms/allreduce_ring.lua", "--trace", path },
+      { "sim", "algorithms/allreduce_ring.lua", "--svg", path },
+    }
+    for _, args in ipairs(outputs) do
+      local what = table.concat(args, " ")
+      -- writes fail past 1 block (SIGXFSZ ignored: write and close report EFBIG)
+      local f = assert(io.open(path, "w"))
+      f:write "old"
+      f:close()
+      local code, _, err = h.cli(args, "trap '' XFSZ; ulimit -f 1;")
+      assert.equal(1, code, what)
+      assert.equal("resccl: cannot write " .. path .. ": File too large\n", err, what)
+      assert.equal("old", h.read(path), what)
+      assert.is_nil(io.open(path .. ".tmp"), what)
+      -- a folder that does not exist
+      args[#args] = dir .. "/no/out"
+      code, _, err = h.cli(args)
+      assert.equal(1, code, what)
+      assert.matches("^resccl: cannot write " .. dir .. "/no/out: ", err, what)
+    end
+    -- what is not a regular file is not replaced
+    assert(os.execute("mkfifo " .. path .. ".fifo"))
+    for _, target in ipairs { "/dev/full", "/dev/null", path .. ".fifo" } do
+      local code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", target }
+      assert.equal(1, code, target)
+      assert.equal("resccl: cannot write " .. target .. ": not a regular file\n", err)
+    end
+    assert(os.execute("test -c /dev/full && test -p " .. path .. ".fifo"))
+    os.execute("rm -r " .. dir)
+  end)
+
   it("runs the default job: verified and executed, exit 0", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
     assert.equal(0, code)
     assert.matches("collective%s+allreduce, 8 ranks", out)
     assert.matches("TBs/rank%s+state%-based %d+, connection%-based %d+", out)
     assert.matches("verify%s+ok", out)
-    assert.matches("exec%s+f32 sum count=4099 nmicro=4: max error 0, 0 wrong", out)
+    assert.matches("exec%s+f32 sum count=4104 nmicro=4: max error 0, 0 wrong", out)
     assert.matches("exec inplace f32 sum", out)
     assert.matches("result%s+PASS", out)
+  end)
+
+  it("runs a count that fits the plan by default; a count given is run as it is", function()
+    -- 2 chunks a block: the first multiple of 2 from 4099
+    local code, out = h.cli { "run", "spec/fixtures/scratch_shift.lua" }
+    assert.equal(0, code, out)
+    assert.matches("exec inplace f32 sum count=4100 nmicro=4: max error 0, 0 wrong", out)
+    code, out = h.cli { "run", "spec/fixtures/scratch_shift.lua", "count=4099" }
+    assert.equal(1, code)
+    assert.matches("exec inplace FAILED: spec/fixtures/scratch_shift.lua:12: count 4099 does not split evenly " ..
+      "into 2 chunks per block, as this transfer needs %(output chunk 0 %-> scratch chunk 1%)", out)
   end)
 
   it("prints one JSON report with the documented keys", function()
@@ -99,6 +180,28 @@ describe("resccl", function()
     assert.equal("sched", r.stage)
     assert.is_nil(r.tbs_total)
     assert.equal("not run", r.verify)
+  end)
+
+  it("stops early only where no verified plan is needed", function()
+    local ring = "algorithms/allreduce_ring.lua"
+    for _, cmd in ipairs { "run", "verify", "export", "sim", "bench" } do
+      local code, out, err = h.cli { cmd, ring, "--stop-after", "sched" }
+      assert.equal(2, code)
+      assert.equal("", out)
+      assert.matches("^resccl: %-%-stop%-after is an option of compile, not of " .. cmd .. "\n", err)
+    end
+    local code, _, err = h.cli { "import", "spec/fixtures/import/ring_ar3.xml", "--stop-after=dag" }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after is an option of compile, not of import\n", err)
+    local path = os.tmpname()
+    os.remove(path)
+    code, _, err = h.cli { "compile", ring, "--stop-after", "dag", "--plan", path }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after dag: %-%-plan needs a verified plan\n", err)
+    assert.is_nil(io.open(path))
+    code, _, err = h.cli { "compile", ring, "--stop-after", "tb", "--emit", "host" }
+    assert.equal(2, code)
+    assert.matches("^resccl: %-%-stop%-after tb: %-%-emit needs a verified plan\n", err)
   end)
 
   it("emits host C and CUDA-ready source", function()
@@ -193,6 +296,33 @@ describe("bad input", function()
     assert.equal(1, code)
     assert.equal("resccl: algorithms/allgather_ring.lua:11: manual thread-block placement needs a sending TB and " ..
       "step for this transfer\n", err)
+  end)
+
+  it("refuses numbers that are not whole or out of range, exit 2", function()
+    local cases = {
+      { "count=abc", "argument count=abc: an integer from 1 to 1099511627776 expected" },
+      { "count=", "argument count=: an integer from 1 to 1099511627776 expected" },
+      { "count=1.5", "argument count=1.5: an integer from 1 to 1099511627776 expected" },
+      { "count=-1", "argument count=-1: an integer from 1 to 1099511627776 expected" },
+      { "count=99999999999999999999", "argument count=99999999999999999999: an integer from 1 to 1099511627776 " ..
+        "expected" },
+      { "nmicro=abc", "argument nmicro=abc: an integer from 1 to 1048576 expected" },
+      { "slots=0", "argument slots=0: an integer from 1 to 1048576 expected" },
+      { "channels=3000000000", "argument channels=3000000000: an integer from 1 to 64 expected" },
+      { "direct=no", "argument direct=no: an integer from 0 to 1 expected" },
+    }
+    for _, c in ipairs(cases) do
+      local code, out, err = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=2", c[1] }
+      assert.equal(2, code, c[1])
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
+    end
+    local code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "nmicro=0" }
+    assert.equal(2, code)
+    assert.matches("argument nmicro=0: an integer from 1 to 1048576 expected", err)
+    code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "--depth", "0" }
+    assert.equal(2, code)
+    assert.matches("%-%-depth 0: an integer from 1 to 1024 expected", err)
   end)
 
   it("rejects unknown script arguments and bad topologies", function()

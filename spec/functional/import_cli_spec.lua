@@ -52,6 +52,9 @@ describe("resccl import", function()
     code, _, err = h.cli { "import", "no/such.xml" }
     assert.equal(1, code)
     assert.matches("^resccl: no/such.xml: cannot read", err)
+    code, _, err = h.cli { "import", "spec/fixtures" }
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures: cannot read: Is a directory\n", err)
   end)
 
   it("-o writes an editable ReSCCLang program that runs", function()
@@ -102,12 +105,19 @@ describe("resccl export", function()
     assert.matches("verify%s+out%-of%-place: ok", out)
   end)
 
-  it("needs --msccl-xml and refuses in-place for out-of-place-only algorithms", function()
+  it("needs --msccl-xml and refuses in-place for out-of-place-only algorithms, as compile and sim do", function()
     local code, _, err = h.cli { "export", "algorithms/allgather_ring.lua", "ranks=4" }
     assert.equal(1, code)
     assert.equal("resccl: export needs --msccl-xml OUT.xml\n", err)
-    code, _, err = h.cli { "export", "algorithms/alltoall_direct.lua", "ranks=4", "--inplace", "--msccl-xml", "-" }
-    assert.equal(1, code)
-    assert.matches("algorithm alltoall_direct does not support in%-place buffers", err)
+    -- and so do compile and sim, rather than fail the verifier
+    for _, cmd in ipairs { { "export", "--msccl-xml", "-" }, { "compile" }, { "sim" } } do
+      local args = { cmd[1], "algorithms/alltoall_direct.lua", "ranks=4", "--inplace", cmd[2], cmd[3] }
+      local out
+      code, out, err = h.cli(args)
+      assert.equal(1, code)
+      assert.equal("", out)
+      assert.equal("resccl: algorithms/alltoall_direct.lua:3: algorithm alltoall_direct does not support in-place " ..
+        "buffers\n", err)
+    end
   end)
 end)

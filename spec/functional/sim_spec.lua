@@ -76,6 +76,7 @@ describe("resccl sim", function()
     assert.equal(0, code)
     local r = cjson.decode(out)
     assert.equal("allreduce_hm", r.algorithm)
+    assert.equal("ok", r.verify) -- only verified plans are simulated
     for _, k in ipairs { "size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "tb_busy_avg", "tb_idle_avg",
       "tb_idle_max", "links", "tbs", "nmicro" } do
       assert.is_not_nil(r.sim[k], k)
@@ -162,7 +163,10 @@ describe("resccl sim", function()
   it("names bad sizes, baselines and unreachable topologies", function()
     local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "lots" }
     assert.equal(1, code)
-    assert.equal("resccl: bad --size 'lots' (e.g. 256M)\n", err)
+    assert.equal("resccl: bad --size 'lots' (e.g. 256M; whole bytes, at most 1024T)\n", err)
+    code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "99999999999999999999" }
+    assert.equal(1, code)
+    assert.equal("resccl: bad --size '99999999999999999999' (e.g. 256M; whole bytes, at most 1024T)\n", err)
     code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--baseline", "rccl" }
     assert.equal(2, code)
     assert.matches("%-%-baseline needs msccl|nccl", err)
@@ -173,6 +177,54 @@ describe("resccl sim", function()
     code, _, err = h.cli { "sim", "algorithms/alltoall_direct.lua", "ranks=4", "--baseline", "nccl" }
     assert.equal(1, code)
     assert.matches("no NCCL ring baseline for alltoall", err)
+  end)
+end)
+
+describe("topology files", function()
+  it("run as algorithm scripts do: the base library, the CPU budget, the file named in errors", function()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_error.lua" }
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures/topo_error.lua:6: 4 GPUs: too few for this cluster\n", err)
+    code, _, err = h.cli({ "sim", "algorithms/allgather_ring.lua", "topo=spec/fixtures/topo_runaway.lua" },
+      "RESCCL_BUDGET=1")
+    assert.equal(1, code)
+    assert.equal("resccl: spec/fixtures/topo_runaway.lua:3: script exceeded its budget of 1 s\n", err)
+    -- a precompiled file, as a topology and as an algorithm
+    local tmp = os.tmpname()
+    local path = tmp .. ".lua"
+    local f = assert(io.open(path, "wb"))
+    f:write(string.dump(load "return { nodes = 1, gpn = 2, intra_gbps = 100 }"))
+    f:close()
+    for _, args in ipairs { { "sim", "algorithms/allgather_ring.lua", "topo=" .. path }, { "run", path } } do
+      code, _, err = h.cli(args)
+      assert.equal(1, code)
+      assert.equal("resccl: " .. path .. ": attempt to load a binary chunk (mode is 't')\n", err)
+    end
+    os.remove(tmp)
+    os.remove(path)
+  end)
+end)
+
+describe("resccl sim's limits", function()
+  it("refuses more tiles than it runs in a few seconds, before running any", function()
+    local cases = {
+      { { "ranks=4", "--tile", "1" }, "size 256 MiB is 268435456 tiles of 1 B" },
+      { { "--size", "999T" }, "size 999 TiB is 1047527424 tiles of 1 MiB" },
+      { { "--size", "4T", "--tile", "2K" }, "size 4 TiB is 2147483648 tiles of 2 KiB" },
+      { { "--sweep", "1M:2T" }, "size 2 TiB is 2097152 tiles of 1 MiB" },
+      -- as the GPU runtime runs it, no more micro-batches than tiles of 1 MiB
+      { { "ranks=2", "channels=4", "--tile", "1G", "--size", "1024T" }, "size 1024 TiB is 1073741824 tiles of 1 MiB" },
+    }
+    for _, c in ipairs(cases) do
+      local args = { "sim", "algorithms/allreduce_ring.lua" }
+      table.move(c[1], 1, #c[1], 3, args)
+      local t0 = os.time()
+      local code, out, err = h.cli(args)
+      assert.equal(1, code)
+      assert.equal("", out)
+      assert.equal("resccl: " .. c[2] .. ", more than the simulator runs (1048576)\n", err)
+      assert.is_true(os.time() - t0 <= 2)
+    end
   end)
 end)
 

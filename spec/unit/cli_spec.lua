@@ -47,3 +47,24 @@ describe("resccl bench", function()
     assert.matches("^%-%-coll alltoall %-g 4 %-%-inplace 0 %-i 65536 %-%-dtype f16 %S+\n$", args)
   end)
 end)
+
+describe("resccl repl", function()
+  -- main.c runs a bare `resccl repl`; with arguments it comes here
+  it("prints the usage for --help and refuses other arguments", function()
+    local path = os.tmpname()
+    local out = io.output()
+    io.output(path)
+    local code = cli.main { [0] = "resccl", "repl", "--help" }
+    io.close()
+    io.output(out)
+    assert.equal(0, code)
+    assert.matches("^usage: resccl <command>", h.read(path))
+    os.remove(path)
+    local err = io.stderr
+    io.stderr = assert(io.open("/dev/null", "w"))
+    code = cli.main { [0] = "resccl", "repl", "x" }
+    io.stderr:close()
+    io.stderr = err
+    assert.equal(2, code)
+  end)
+end)

@@ -38,8 +38,12 @@ describe("TACCL JSON import", function()
       json_err(base .. '{"sends": [[1, 0, 1, 0, 0], [1, 1, 0, 0, 0]]}]}'))
     assert.are.equal("t.json:4: steps[0].sends[0]: unknown reduction 'max' (rrc or none)",
       json_err(base .. '{"sends": [[1, 0, 1, 0, 0, "max"]]}]}'))
-    assert.are.equal("t.json:4: steps[0].sends[0] chunk must be a non-negative integer, got 1.5",
+    assert.are.equal("t.json:4: steps[0].sends[0] chunk must be an integer in 0..16777216, got 1.5",
       json_err(base .. '{"sends": [[1.5, 0, 1, 0, 0]]}]}'))
+    assert.are.equal("t.json:4: steps[0].sends[0] chunk must be an integer in 0..16777216, got 4000000000",
+      json_err(base .. '{"sends": [[4000000000, 0, 1, 0, 0]]}]}'))
+    assert.are.equal("t.json:4: steps[0].sends[0]: chunk 99 is in no rank's input_map or output_map",
+      json_err(base .. '{"sends": [[99, 0, 1, 0, 0]]}]}'))
     assert.are.equal("t.json:2: malformed JSON: Expected comma or array end but found T_OBJ_BEGIN",
       json_err(base:gsub("%[0, 1%]", "[0 {") .. "]}"))
     assert.are.equal("t.json:1: cannot tell the collective from 'Gather' (allgather, alltoall, allreduce, reducescatter)",

@@ -136,6 +136,13 @@ describe("topologies", function()
     assert.equal(8, t:info().ranks)
     assert.matches("ranks 0 and 4 cannot reach each other %(no NIC between nodes%)",
       h.pcall_err(topo.custom, { nodes = 2, gpn = 4, intra_gbps = 100 }))
+    -- numbers first: a bad one is not taken for a missing link
+    assert.matches("custom': nic_gbps must be a finite number >= 0, got %-45$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = -45 }))
+    assert.matches("custom': nic_gbps must be a finite number >= 0, got %-?nan$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = 0 / 0 }))
+    assert.matches("custom': alpha_us must be a finite number >= 0, got inf$",
+      h.pcall_err(topo.custom, { base = "a100:2x4", alpha_us = math.huge }))
     assert.matches("unknown topology field 'nics'", h.pcall_err(topo.custom, { nodes = 1, gpn = 2, nics = 1 }))
     assert.matches("unknown model 'v100'", h.pcall_err(topo.custom, { base = "v100:8" }))
   end)
@@ -152,6 +159,14 @@ describe("sizes", function()
     assert.equal(1536, sim.parse_size "1.5K")
     assert.equal(8, sim.parse_size "8")
     assert.is_nil(sim.parse_size "lots")
+    -- whole bytes, from 1 to 2^50: no float, no wrap-around
+    assert.equal("integer", math.type(sim.parse_size "1.5K"))
+    assert.is_nil(sim.parse_size "1.5")
+    assert.is_nil(sim.parse_size "0")
+    assert.equal(1 << 50, sim.parse_size "1024T")
+    assert.is_nil(sim.parse_size "1025T")
+    assert.is_nil(sim.parse_size "99999999999999999999")
+    assert.is_nil(sim.parse_size "16777216T") -- 2^64 bytes, 0 in integers
     assert.same({ 1 << 20, 2 << 20, 4 << 20 }, sim.parse_sweep "1M:4M")
     assert.is_nil(sim.parse_sweep "4M:1M")
     assert.equal("1.5 GiB", sim.fmt_size(3 << 29))

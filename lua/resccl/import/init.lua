@@ -31,9 +31,12 @@ local MAX_LOCATIONS = 1 << 22
 
 local function readfile(path)
   local f, err = io.open(path, "rb")
-  if not f then error(("%s: cannot read: %s"):format(path, err), 0) end
-  local s = f:read "a"
-  f:close()
+  local s
+  if f then
+    s, err = f:read "a" -- nil and a message for a directory
+    f:close()
+  end
+  if not s then error(("%s: cannot read: %s"):format(path, err), 0) end
   return s
 end
 
@@ -88,6 +91,18 @@ function M.line_of(text, at)
   local n = 1
   for _ in text:sub(1, math.max(0, at - 1)):gmatch "\n" do n = n + 1 end
   return n
+end
+
+--- A JSON value as messages show it: integers without ".0" (cjson decodes
+--- every number as a float), strings quoted and cut short.
+---@param v any
+---@param null any cjson's null
+function M.shown(v, null)
+  if type(v) == "string" then return "'" .. v:sub(1, 40) .. "'" end
+  if v == nil then return "nothing" end
+  if v == null then return "null" end
+  if type(v) == "table" then return "a list or object" end
+  return tostring(math.tointeger(v) or v)
 end
 
 --- Decode JSON with lua-cjson; malformed input is "file:line: malformed JSON: ...".

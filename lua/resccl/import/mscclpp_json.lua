@@ -193,13 +193,7 @@ local function read(text, path)
     end
     return lineof(at)
   end
-  local function shown(v)
-    if type(v) == "string" then return "'" .. v:sub(1, 40) .. "'" end
-    if v == nil then return "nothing" end
-    if v == null then return "null" end
-    if type(v) == "table" then return "a list or object" end
-    return tostring(math.tointeger(v) or v) -- cjson decodes every number as a float
-  end
+  local function shown(v) return import.shown(v, null) end
   local function int(v, what, line, lo, hi)
     local n = math.type(v) and math.tointeger(v)
     if not n or n < lo or n > hi then fail(line, "%s must be an integer in %d..%d, got %s", what, lo, hi, shown(v)) end

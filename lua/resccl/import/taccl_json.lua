@@ -57,9 +57,11 @@ function M.import(text, path)
       #names > 0 and ("'" .. table.concat(names, "', '") .. "'") or "the file (no collective or name)")
   end
 
-  local function intval(v, what, line, lo)
+  local function intval(v, what, line)
     local n = type(v) == "number" and math.tointeger(v)
-    if not n or n < (lo or 0) or n > 1 << 24 then fail(line, "%s must be a non-negative integer, got %s", what, tostring(v)) end
+    if not n or n < 0 or n > 1 << 24 then
+      fail(line, "%s must be an integer in 0..%d, got %s", what, 1 << 24, import.shown(v, null))
+    end
     return n
   end
   local function rankmap(m, what)
@@ -76,6 +78,12 @@ function M.import(text, path)
     return out
   end
   local input_map, output_map = rankmap(obj.input_map, "input_map"), rankmap(obj.output_map, "output_map")
+  local known = {} -- the addresses some rank starts or ends with
+  for _, m in ipairs { input_map, output_map } do
+    for _, set in pairs(m) do
+      for a in pairs(set) do known[a] = true end
+    end
+  end
 
   -- The sends, with their steps, checked.
   if type(obj.steps) ~= "table" or #obj.steps == 0 then fail(1, "no 'steps' list") end
@@ -98,6 +106,7 @@ function M.import(text, path)
       if redop == nil or redop == null or redop == "nop" or redop == "copy" then x.op = "copy"
       elseif redop == "rrc" or redop == "reduce" or redop == "sum" then x.op = "reduce"
       else fail(line, "%s: unknown reduction '%s' (rrc or none)", where, tostring(redop)) end
+      if not known[x.addr] then fail(line, "%s: chunk %d is in no rank's input_map or output_map", where, x.addr) end
       if x.src == x.dst then fail(line, "%s sends from rank %d to itself", where, x.src) end
       if x.src >= 1024 or x.dst >= 1024 then fail(line, "%s: rank out of range", where) end
       R = math.max(R, x.src + 1, x.dst + 1)
