@@ -205,6 +205,8 @@ typedef struct {
 /* Parse a preset "a100:NxG", "nvswitch:G", "h200:2", "dgx_h100:N", "ndv4:N";
    NULL with e set when malformed. */
 Topo *topo_parse(const char *spec, Err *e);
+/* The presets' spellings, for help: "a100:NxG, nvswitch:G, ... or ndv4:N". */
+const char *topo_presets(void);
 /* A topology from a filled description (spec, nnodes, gpn, bandwidths...);
    checks that every pair of ranks is reachable. */
 Topo *topo_new(const Topo *desc, Err *e);

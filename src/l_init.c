@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lbind.h"
 
@@ -88,6 +89,15 @@ void l_where(lua_State *L, int level, char *file, size_t size, int *line) {
   }
 }
 
+/* core.file_kind(path) -> "file" | "directory" | "link" | "other", or nil,
+   message when there is nothing at path (lstat: a link is not followed) */
+static int l_file_kind(lua_State *L) {
+  struct stat st;
+  if (lstat(luaL_checkstring(L, 1), &st) != 0) return luaL_fileresult(L, 0, lua_tostring(L, 1));
+  lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "link" : "other");
+  return 1;
+}
+
 /* core.clock() -> milliseconds on a monotonic clock */
 static int l_clock(lua_State *L) {
   lua_pushnumber(L, now_ms());
@@ -110,6 +120,8 @@ int luaopen_resccl_core(lua_State *L) {
   lua_newtable(L); /* stack: module */
   lua_pushcfunction(L, l_clock);
   lua_setfield(L, -2, "clock");
+  lua_pushcfunction(L, l_file_kind);
+  lua_setfield(L, -2, "file_kind");
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
   l_program_open(L);

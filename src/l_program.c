@@ -274,4 +274,6 @@ void l_program_open(lua_State *L) {
   l_newclass(L, PROGRAM_MT, pmeta, pmethods);
   l_newclass(L, TOPO_MT, tmeta, tmethods);
   luaL_setfuncs(L, funcs, 0); /* into the module table on top */
+  lua_pushstring(L, topo_presets());
+  lua_setfield(L, -2, "topo_presets");
 }

@@ -66,9 +66,9 @@ static int l_topo_custom(lua_State *L) {
   snprintf(d.spec, sizeof d.spec, "%s", luaL_optstring(L, -1, "custom"));
   lua_pop(L, 1);
   snprintf(d.model, sizeof d.model, "custom");
-  d.nnodes = (int)numfield(L, "nodes", 0);
-  d.gpn = (int)numfield(L, "gpn", 0);
-  d.gpus_per_nic = (int)numfield(L, "gpus_per_nic", 1);
+  d.nnodes = (int)l_optrange(L, 1, "nodes", 0, 0, 1 << 16); /* topo_new checks them further */
+  d.gpn = (int)l_optrange(L, 1, "gpn", 0, 0, 1 << 16);
+  d.gpus_per_nic = (int)l_optrange(L, 1, "gpus_per_nic", 1, 0, 1 << 16);
   lua_getfield(L, 1, "switched");
   d.switched = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
   lua_pop(L, 1);

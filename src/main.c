@@ -171,7 +171,7 @@ static int pmain(lua_State *L) {
   char **argv = lua_touserdata(L, 2);
   luaL_openlibs(L);
   setpath(L);
-  if (argc >= 2 && strcmp(argv[1], "repl") == 0) {
+  if (argc == 2 && strcmp(argv[1], "repl") == 0) { /* repl --help: the CLI's */
     repl(L);
     lua_pushinteger(L, 0);
     return 1;

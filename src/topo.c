@@ -59,6 +59,8 @@ static const Preset presets[] = {
 
 static const char *const KNOWN = "a100:NxG, nvswitch:G, h200:2, dgx_h100:N or ndv4:N";
 
+const char *topo_presets(void) { return KNOWN; }
+
 /* The numbers of a topology: latencies, bandwidths, penalties, each finite and >= 0. */
 #define FIELD(f) {#f, offsetof(Topo, f)}
 static const struct {

@@ -1,23 +1,16 @@
 --- Output files, written whole or not at all.
 local M = {}
 
-local ENOENT = 2 -- io.open's error number for a path that does not exist
+local core = require "resccl.core"
 
 -- Refuse to replace what is not a regular file: renaming over a device, a
--- FIFO or a socket puts a file in its place. Lua's io has no stat, so: a
--- regular file opens for reading and writing (a FIFO does too, at once, but
--- cannot seek) and has nothing past its end (/dev/zero and /dev/full do);
--- /dev/null passes both, hence the path check.
+-- FIFO or a socket puts a file in its place. A symbolic link is replaced
+-- itself, as rename does.
 local function check_target(path)
-  local f, err, code = io.open(path, "r+b")
-  if not f then
-    if code == ENOENT then return end
-    error("cannot write " .. err, 0)
+  local kind = core.file_kind(path)
+  if kind and kind ~= "file" and kind ~= "link" then
+    error(("cannot write %s: not a regular file (%s)"):format(path, kind), 0)
   end
-  local size = f:seek "end"
-  local past = size and f:read(1)
-  f:close()
-  if not size or past or path:match "^/dev/" then error(("cannot write %s: not a regular file"):format(path), 0) end
 end
 
 --- Write text to path ("-": standard output): into PATH.tmp, renamed over

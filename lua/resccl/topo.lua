@@ -98,13 +98,9 @@ local core = require "resccl.core"
 
 local M = {}
 
---- The presets' spellings, "a100:NxG, nvswitch:G, ... or ndv4:N": src/topo.c
---- lists them in its message for a malformed name.
+--- The presets' spellings, "a100:NxG, nvswitch:G, ... or ndv4:N" (src/topo.c).
 ---@return string
-function M.presets()
-  local _, err = pcall(core.topo, "")
-  return (tostring(err):match "expected (.+)$")
-end
+function M.presets() return core.topo_presets end
 
 --- The numbers of a preset or of a Topo.
 ---@param t string|userdata

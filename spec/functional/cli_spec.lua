@@ -120,10 +120,11 @@ describe("resccl", function()
     end
     -- what is not a regular file is not replaced
     assert(os.execute("mkfifo " .. path .. ".fifo"))
-    for _, target in ipairs { "/dev/full", "/dev/null", path .. ".fifo" } do
+    for target, kind in pairs { ["/dev/full"] = "other", ["/dev/null"] = "other", [path .. ".fifo"] = "other",
+      [dir] = "directory" } do
       local code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", target }
       assert.equal(1, code, target)
-      assert.equal("resccl: cannot write " .. target .. ": not a regular file\n", err)
+      assert.equal("resccl: cannot write " .. target .. ": not a regular file (" .. kind .. ")\n", err)
     end
     assert(os.execute("test -c /dev/full && test -p " .. path .. ".fifo"))
     os.execute("rm -r " .. dir)

@@ -139,6 +139,7 @@ describe("topologies", function()
     -- numbers first: a bad one is not taken for a missing link
     assert.matches("custom': nic_gbps must be a finite number >= 0, got %-45$",
       h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = -45 }))
+    assert.matches("option nodes must be an integer from 0 to 65536", h.pcall_err(topo.custom, { nodes = 1e20, gpn = 2 }))
     assert.matches("custom': nic_gbps must be a finite number >= 0, got %-?nan$",
       h.pcall_err(topo.custom, { base = "a100:2x4", nic_gbps = 0 / 0 }))
     assert.matches("custom': alpha_us must be a finite number >= 0, got inf$",
