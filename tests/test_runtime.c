@@ -591,6 +591,11 @@ int main(int argc, char **argv) {
   CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by size: %d, %d", small, large);
   for (int inplace = 0; inplace < 2; inplace++) collective("allgather", 1, inplace, 1), collective("allgather", 4099, inplace, 2);
   printf("allgather      by size       blocks %d below 8 KiB, %d from there\n", small, large);
+  /* By default a copy-engine form with no block runs from 16 MiB (others from 64). */
+  CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
+  resccl_call_blocks(comm[0], "allgather", 8u << 20, &small);
+  resccl_call_blocks(comm[0], "allgather", 16u << 20, &large);
+  CHECK(small > 0 && (R != 2 || large == 0), "allgather blocks by default: %d at 8 MiB, %d at 16 MiB", small, large);
   /* Ranks called one by one, outside a group or in a group each, each on a
      GPU of its own: they run the first form (the copy engine's needs every
      rank's buffers). */

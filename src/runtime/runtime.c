@@ -141,6 +141,7 @@ typedef struct {
   int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
+  int blockless;      /* no rank has a TB: the copy engine makes every copy */
   int nce, *ce;       /* copy-engine copies, CE_INTS numbers each: src rbuf ridx dst wbuf widx cnt flag after */
   int nceflags;
   int ncounters;      /* counters copies wait for (RxArgs.posts), per micro-batch */
@@ -228,14 +229,14 @@ void rt_conf_env(RtConf *c) {
   c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", (int)RX_TILE_BYTES);
   c->nmicro = env_int("RESCCL_NMICRO", 0);
   c->direct = env_int("RESCCL_DIRECT", 1);
-  /* On 2xH200 copy-engine all-gathers and all-to-alls moved less than 32
-     blocks' below 16 MiB (launched one by one, the host spends about 16 us
-     a GPU queueing two barrier kernels and two copies: 127 against 174 GB/s
-     at 8 MiB), about as much from 16 to 64 MiB
-     but unsteadily (an all-to-all at 16 MiB: 213, then 93), and 8-14% more
-     from 128 MiB, with no block (BENCHMARKS.md). */
+  /* Copy-engine forms from 64 MiB, and from 16 MiB where they leave no
+     block (a two-rank all-gather, an all-to-all): on 2xH200, once their
+     calls were queued by events, those moved 1.31-1.54x NCCL's busbw at
+     16-32 MiB with no block, launched one by one and in CUDA graphs, and
+     less than NCCL's 1.2x below (BENCHMARKS.md). RESCCL_CE_FROM sets both. */
   c->bad_size = NULL;
   c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->bad_size);
+  c->ce_from_blockless = env_size("RESCCL_CE_FROM", (size_t)16 << 20, &c->bad_size);
   /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
      from 4 to 64 MiB and about as much at 128 MiB. Once the end of a pulling
@@ -411,8 +412,11 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   if (!read_ints(f, "tbs", v->ntb, v->nranks) || !read_ints(f, "conns", &v->nconn, 1) || v->nconn < 0 ||
       v->nconn > 1 << 20)
     BAD("tbs");
-  for (int r = 0; r < v->nranks; r++)
+  v->blockless = 1;
+  for (int r = 0; r < v->nranks; r++) {
     if (v->ntb[r] < 0 || v->ntb[r] > 1 << 16) BAD("tbs");
+    v->blockless &= v->ntb[r] == 0;
+  }
   v->csrc = malloc(sizeof(int) * ((size_t)v->nconn + 1)), v->cdst = malloc(sizeof(int) * ((size_t)v->nconn + 1));
   if (!v->csrc || !v->cdst) BAD("out of memory");
   for (int c = 0; c < v->nconn; c++)
@@ -899,7 +903,7 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
    buffers). */
 static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   Variant *const *f = p->v[inplace];
-  if (f[1] && bytes >= p->conf.ce_from) return f[1];
+  if (f[1] && bytes >= (f[1]->blockless ? p->conf.ce_from_blockless : p->conf.ce_from)) return f[1];
   return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
 }
 

@@ -25,6 +25,7 @@ typedef struct {
   int direct;         /* 1: sends marked direct write into the peer's buffer when they can */
   double timeout_s;   /* a wait longer than this stops the call; 0 = never */
   size_t ce_from;     /* calls of this many bytes or more run a placement's copy-engine form, where the plan has one */
+  size_t ce_from_blockless; /* the same for a copy-engine form with no block */
   size_t pull_from, pull_below; /* calls from pull_from bytes and below pull_below run a placement's pulling form,
                                    where the plan has one (and direct) and its copy-engine form does not run them */
   const char *bad_size; /* the RESCCL_CE_FROM or RESCCL_PULL_* that was not a size (bytes, or with K, M or G), or
