@@ -177,8 +177,8 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
   "$bin" bench algorithms/allreduce_allpairs.lua --from 64M algorithms/allreduce_ring.lua -g "$ngpu" -b "${BMIN:-1M}" \
     -e "${BMAX:-8G}" -f 2 -n 20 -w 5 >"$out/bench-allreduce.txt" 2>&1 || fail=1 bfail=1
   cat "$out/bench-allreduce.txt"
-  # The copy engine against the blocks below RESCCL_CE_FROM (64 MiB), launched one by one and in CUDA
-  # graphs: where it is even, it frees every block of an all-gather and an all-to-all.
+  # The copy engine against the blocks from 1 to 64 MiB, launched one by one and in CUDA graphs: where
+  # it is even, it frees every block of an all-gather and an all-to-all (RESCCL_CE_FROM: 16 MiB for those).
   for a in allgather_ring alltoall_direct; do
     for how in "" "-G 10" "--ce" "--ce -G 10"; do
       f="$out/bench-ce-$a$(echo "$how" | tr -d ' ').txt"
