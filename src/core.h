@@ -201,6 +201,11 @@ typedef struct {
   double pull_sync_us;           /* a pulling call's start and end handshakes, together */
   int nlinks;
 } Topo;
+/* Topo's numbers (doubles: latencies, bandwidths, penalties), for tables of them. */
+#define TOPO_FIELDS(X)                                                                                      \
+  X(intra_gbps) X(intra_lat_us) X(nic_gbps) X(nic_lat_us) X(alpha_us) X(tb_gbps) X(tb_reduce_gbps) X(intra_sat) \
+      X(nic_sat) X(intra_gamma) X(nic_gamma) X(ce_gbps) X(ce_local_gbps) X(ce_lat_us) X(ce_sync_us)            \
+          X(read_gbps) X(tb_read_gbps) X(pull_sync_us)
 
 /* Parse a preset "a100:NxG", "nvswitch:G", "h200:2", "dgx_h100:N", "ndv4:N";
    NULL with e set when malformed. */

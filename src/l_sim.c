@@ -13,11 +13,6 @@
 #include "lbind.h"
 
 /* The numeric fields of a Topo a user may set, in topo:params() order. */
-#define TOPO_FIELDS(X)                                                                                      \
-  X(intra_gbps) X(intra_lat_us) X(nic_gbps) X(nic_lat_us) X(alpha_us) X(tb_gbps) X(tb_reduce_gbps) X(intra_sat) \
-      X(nic_sat) X(intra_gamma) X(nic_gamma) X(ce_gbps) X(ce_local_gbps) X(ce_lat_us) X(ce_sync_us)            \
-          X(read_gbps) X(tb_read_gbps) X(pull_sync_us)
-
 static const char *const topo_keys[] = {"name", "model", "nodes", "gpn", "gpus_per_nic", "switched",
 #define NAME(f) #f,
                                         TOPO_FIELDS(NAME)

@@ -61,16 +61,12 @@ static const char *const KNOWN = "a100:NxG, nvswitch:G, h200:2, dgx_h100:N or nd
 
 const char *topo_presets(void) { return KNOWN; }
 
-/* The numbers of a topology: latencies, bandwidths, penalties, each finite and >= 0. */
-#define FIELD(f) {#f, offsetof(Topo, f)}
+/* The numbers of a topology, each finite and >= 0. */
+#define FIELD(f) {#f, offsetof(Topo, f)},
 static const struct {
   const char *name;
   size_t off;
-} NUMBERS[] = {
-    FIELD(intra_gbps), FIELD(intra_lat_us), FIELD(nic_gbps), FIELD(nic_lat_us), FIELD(alpha_us), FIELD(tb_gbps),
-    FIELD(tb_reduce_gbps), FIELD(intra_sat), FIELD(nic_sat), FIELD(intra_gamma), FIELD(nic_gamma), FIELD(ce_gbps),
-    FIELD(ce_local_gbps), FIELD(ce_lat_us), FIELD(ce_sync_us), FIELD(read_gbps), FIELD(tb_read_gbps),
-    FIELD(pull_sync_us)};
+} NUMBERS[] = {TOPO_FIELDS(FIELD)};
 #undef FIELD
 
 /* Check every number, then that every pair of ranks can reach the other; count links. */
