@@ -559,8 +559,8 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
 
 /* Device memory freed at unload; zero: the stream that zeroes it (plan
    load's own, which variant_setup waits for before any call can run), or
-   NULL for what every call writes before reading it (scratch, copy-engine
-   counters, grown by calls). */
+   NULL for what is written whole before it is read: by a copy that follows
+   on that stream, or by every call (scratch, copy-engine counters). */
 static resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, cudaStream_t *zero) {
   void **a = realloc(v->allocs, sizeof *a * ((size_t)v->nallocs + 1));
   if (!a) return rt_fail(resccl_system_error, "out of memory");
@@ -692,7 +692,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
                     "use fewer channels (RESCCL_NCHANNELS) or more GPUs", g->dev[d], nb, nb / K, K, per_sm * sms);
       break;
     }
-    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, &ld[d]));
+    TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, NULL));
     CU(cudaMemcpyAsync(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice, ld[d]));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1), &ld[d]));
     TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1), &ld[d]));
@@ -707,7 +707,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     v->dev[d].trace = run.trace;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
-    TRY(dev_alloc(v, &v->dev[d].run, sizeof run, &ld[d]));
+    TRY(dev_alloc(v, &v->dev[d].run, sizeof run, NULL));
     CU(cudaMemcpyAsync(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice, ld[d]));
     CU(cudaStreamSynchronize(ld[d])); /* before run, on the stack, changes */
     v->dev[d].nblocks = nb;
