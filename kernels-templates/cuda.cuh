@@ -150,24 +150,31 @@ __device__ static inline void rx_tile(const RxCtx *x, int idx, int cnt, int m, s
   *n = rx_cut(t, v, k + 1, K) - b;
 }
 
-/* rx_tile of up to three chunk ranges (a range < 0 is skipped), one per
+/* rx_tile of up to four chunk ranges (a range < 0 is skipped), one per
    thread of the second warp (while thread 0 may wait for a peer), and
-   shared; *n is the last range's size. The index arithmetic is long, and
-   every warp doing it cost each micro-batch microseconds. */
-__device__ static void rx_tiles(const RxCtx *x, int cnt, int m, int a, int b, int c, size_t *la, size_t *lb, size_t *lc,
-                                size_t *n) {
-  __shared__ size_t s[4];
+   shared; *n is the size of the last of the first three. The index
+   arithmetic is long, and every warp doing it cost each micro-batch
+   microseconds. */
+__device__ static void rx_tiles4(const RxCtx *x, int cnt, int m, int a, int b, int c, int d, size_t *la, size_t *lb,
+                                 size_t *lc, size_t *ld, size_t *n) {
+  __shared__ size_t s[5];
   const unsigned i = threadIdx.x - (blockDim.x > 32 ? 32 : 0);
-  if (i < 3) {
-    const int r = i == 0 ? a : i == 1 ? b : c;
+  if (i < 4) {
+    const int r = i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
     size_t t;
     if (r >= 0) rx_tile(x, r, cnt, m, &s[i], &t);
     else s[i] = 0;
-    if (r >= 0 && (int)i == (c >= 0 ? 2 : b >= 0 ? 1 : 0)) s[3] = t;
+    if (r >= 0 && (int)i == (c >= 0 ? 2 : b >= 0 ? 1 : 0)) s[4] = t;
   }
   __syncthreads();
-  *la = s[0], *lb = s[1], *lc = s[2], *n = s[3];
+  *la = s[0], *lb = s[1], *lc = s[2], *ld = s[3], *n = s[4];
   __syncthreads(); /* read before the next are computed */
+}
+
+__device__ static inline void rx_tiles(const RxCtx *x, int cnt, int m, int a, int b, int c, size_t *la, size_t *lb,
+                                       size_t *lc, size_t *n) {
+  size_t unused;
+  rx_tiles4(x, cnt, m, a, b, c, -1, la, lb, lc, &unused, n);
 }
 
 __device__ static inline const RxFifo *rx_fifo(const RxCtx *x, int c) { return &x->run->fifo[c * x->run->nslice + x->slice]; }
@@ -632,20 +639,22 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
 
 /* A pull (tballoc.c's pull_in): once rank `peer`'s kernel runs the call,
    copy what its (rbuf, ridx) holds to (wbuf, widx), or reduce it with
-   (ubuf, uidx) when ubuf >= 0: over the link, in one pass. The runtime runs
-   a plan that pulls only with every rank's buffers (RxArgs.direct). */
+   (ubuf, uidx) when ubuf >= 0: over the link, in one pass. With to >= 0
+   (put_on), store the result at rank to's (dbuf, didx) too, once its kernel
+   runs the call. The runtime runs a plan that pulls only with every rank's
+   buffers (RxArgs.direct). */
 __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ridx, int ubuf, int uidx, int wbuf,
-                                            int widx, int cnt, int done, int m) {
+                                            int widx, int to, int dbuf, int didx, int cnt, int done, int m) {
   __shared__ int s_stop;
-  if (threadIdx.x == 0) s_stop = rx_peer_runs(x, peer);
-  size_t slo, ulo, dlo, n;
-  rx_tiles(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, &ulo, &slo, &dlo, &n); /* its barriers publish s_stop */
-  if (s_stop) {
+  if (threadIdx.x == 0) s_stop = rx_peer_runs(x, peer) || (to >= 0 && rx_peer_runs(x, to));
+  size_t slo, ulo, dlo, flo, n;
+  rx_tiles4(x, cnt, m, ubuf >= 0 ? uidx : -1, ridx, widx, to >= 0 ? didx : -1, &ulo, &slo, &dlo, &flo, &n);
+  if (s_stop) { /* (the barriers above published it) */
     __syncthreads(); /* read before thread 0 writes it for the next pull */
     return;
   }
   rx_move(x->a, rx_at(x, wbuf, dlo), ubuf >= 0 ? rx_at(x, ubuf, ulo) : NULL,
-          x->a->buf[peer][rbuf] + slo * x->a->esize, n, done, NULL);
+          x->a->buf[peer][rbuf] + slo * x->a->esize, n, done, to >= 0 ? x->a->buf[to][dbuf] + flo * x->a->esize : NULL);
   __syncthreads();
 }
 
@@ -656,11 +665,16 @@ __device__ static __noinline__ void rx_pull(RxCtx *x, int peer, int rbuf, int ri
    warp of the rank's first block then waits until every block of every
    other rank has said so (until then they may read its buffers), a lane
    per word. Words count calls, so a replayed CUDA graph runs right. */
-__device__ static void rx_pull_end(RxCtx *x, int word) {
+__device__ static void rx_pull_end(RxCtx *x, int word, int puts) {
   const RxRun *run = x->run;
-  if (threadIdx.x == 0) /* no fence: the block's reads returned their values before its barrier (rx_pop) */
+  if (threadIdx.x == 0) {
+    /* No fence for reads: they returned their values before the block's
+       barrier (rx_pop). Puts that no receive waits for (put_on) land before
+       the word says so: a release, cumulative over the barrier. */
+    if (puts) rx_fence_sys();
     for (int p = 0; p < run->nranks; p++)
       if (p != x->rank) ((volatile unsigned *)run->finished[p])[word] = x->call;
+  }
   if (x->tb || x->chan || threadIdx.x >= 32) return;
   const volatile unsigned *fin = run->finished[x->rank];
   for (int p = 0; p < run->nranks; p++) {
@@ -671,6 +685,7 @@ __device__ static void rx_pull_end(RxCtx *x, int word) {
       }
     }
   }
+  if (puts) rx_fence_sys(); /* the acquire: what the peers put is here before the kernel ends */
 }
 
 /* Thread 0 at the start of a traced call: no events yet, and the block's SM. */
@@ -765,8 +780,10 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
 #define RX_RRCS(ci, co, ub, ui, b, i, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, b, i, n, d, m))
 #define RX_RRS(ci, co, ub, ui, n, d) RX_TRACED(rx_recv(x, ci, co, ub, ui, -1, 0, n, d, m))
 #define RX_CS(co, rb, ri, wb, wi, n) RX_TRACED(rx_send(x, co, rb, ri, wb, wi, n, m))
-#define RX_PULL(p, rb, ri, wb, wi, n) RX_TRACED(rx_pull(x, p, rb, ri, -1, 0, wb, wi, n, 0, m))
-#define RX_RRC_PULL(p, rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_pull(x, p, rb, ri, ub, ui, wb, wi, n, d, m))
+#define RX_PULL(p, rb, ri, wb, wi, n) RX_TRACED(rx_pull(x, p, rb, ri, -1, 0, wb, wi, -1, 0, 0, n, 0, m))
+#define RX_RRC_PULL(p, rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_pull(x, p, rb, ri, ub, ui, wb, wi, -1, 0, 0, n, d, m))
+#define RX_RRCS_PULL(p, rb, ri, ub, ui, wb, wi, to, db, di, n, d) \
+  RX_TRACED(rx_pull(x, p, rb, ri, ub, ui, wb, wi, to, db, di, n, d, m))
 #define RX_COPY(rb, ri, wb, wi, n) RX_TRACED(rx_local(x, rb, ri, -1, 0, wb, wi, n, 0, m))
 #define RX_REDUCE(rb, ri, ub, ui, wb, wi, n, d) RX_TRACED(rx_local(x, rb, ri, ub, ui, wb, wi, n, d, m))
 /* A rank is a switch over its TBs, the program one over its ranks: each
@@ -798,7 +815,7 @@ __device__ static inline void rx_unit_done(RxCtx *x, int tbi) {
       rx_unit_done(x, tbi); \
     } \
     __syncthreads(); \
-    if (rx_pulls) rx_pull_end(x, b.word); \
+    if (rx_pulls) rx_pull_end(x, b.word, rx_pulls > 1); \
     if (threadIdx.x == 0) { \
       blk->base = x->base + (unsigned)a.nmicro, blk->call = x->call; \
       if (a.turns) blk->taken = x->taken + (unsigned)ne * (unsigned)a.nmicro * (unsigned)a.nslice + (unsigned)run->nblk; \

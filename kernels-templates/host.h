@@ -296,6 +296,18 @@ static inline int rx_local(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int
   return 0;
 }
 
+/* A pulled reduction that also puts its result at rank to's (dbuf, didx)
+   (tballoc.c's put_on); nothing there waits for it but the run's end. */
+static inline int rx_pull_put(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int to,
+                              int dbuf, int didx, int cnt, int done, int m) {
+  size_t dlo, flo, n;
+  rx_local(x, from, rbuf, ridx, ubuf, uidx, wbuf, widx, cnt, done, m);
+  rx_tile(x->run, widx, cnt, m, &dlo, &n);
+  rx_tile(x->run, didx, cnt, m, &flo, &n);
+  memcpy(x->run->buf[to * 3 + dbuf] + flo * x->run->esize, rx_at(x, wbuf, dlo), n * x->run->esize);
+  return 0;
+}
+
 /* The emitted program's vocabulary. `x` is the TB's context, `m` the
    micro-batch; a reduction's last argument `d` says it completes its values. */
 #define RX_TB(r, b) static void rx_tb_##r##_##b(RxCtx *x)
@@ -323,6 +335,8 @@ static inline int rx_local(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int
    starts and kept until every thread has ended. */
 #define RX_PULL(p, rb, ri, wb, wi, n) rx_local(x, p, rb, ri, -1, 0, wb, wi, n, 0, m)
 #define RX_RRC_PULL(p, rb, ri, ub, ui, wb, wi, n, d) rx_local(x, p, rb, ri, ub, ui, wb, wi, n, d, m)
+#define RX_RRCS_PULL(p, rb, ri, ub, ui, wb, wi, to, db, di, n, d) \
+  rx_pull_put(x, p, rb, ri, ub, ui, wb, wi, to, db, di, n, d, m)
 #define RX_RANK_BEGIN(r) const RxTbFn rx_rank_##r[] = {
 #define RX_RANK_EXTERN(r) extern const RxTbFn rx_rank_##r[];
 #define RX_RANK_TB(r, b, ne) rx_tb_##r##_##b,

@@ -77,7 +77,7 @@ static void unlower(Plan *pl) {
   free(pl->p), free(pl->conn), free(pl->wait), free(pl->task_send), free(pl->task_recv);
   free(pl->rank_off), free(pl->rank_prims), free(pl->ntb), free(pl->tb_off), free(pl->tb_base), free(pl->tb_prims);
   free(pl->ce);
-  pl->ce = NULL, pl->nce = pl->nceflags = pl->nceposts = pl->npulls = 0;
+  pl->ce = NULL, pl->nce = pl->nceflags = pl->nceposts = pl->npulls = pl->nputs = 0;
   pl->p = NULL, pl->conn = NULL, pl->wait = NULL, pl->task_send = pl->task_recv = NULL;
   pl->rank_off = pl->rank_prims = pl->ntb = pl->tb_off = pl->tb_base = pl->tb_prims = NULL;
   pl->np = pl->nconn = pl->nwait = pl->nflags = pl->ntbs = 0;

@@ -286,7 +286,8 @@ typedef struct {
   uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
   uint8_t ce;     /* 1: a reduction whose input the copy engine puts (tballoc's offload): it waits for the copy */
   uint8_t pull;   /* 1: a receive that reads what it takes from the sender's buffer at (rbuf, ridx), with no
-                     send (tballoc's pull_in) */
+                     send (tballoc's pull_in); a PR_RRCS one puts its result where task tout lands, with no
+                     receive there (put_on) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -317,7 +318,7 @@ typedef struct {
                         writer, which counts micro-batches for them) go to the copy engine, where
                         nothing waits for them or only the reduction of what they put (tballoc.c's
                         offload) */
-  int pull;          /* 1: receives of what a send reads from a buffer its rank never writes read it from the
+  int pull;          /* 1: receives of what a send reads while it holds the call's input read it from the
                         sender's buffer themselves, and the send goes (tballoc.c's pull_in); not with ce */
   Stage stop_after;  /* last stage to run */
 } Options;
@@ -368,6 +369,8 @@ typedef struct {
   CeCopy *ce;            /* copies on the copy engine, by source rank then pipeline order */
   int nce, nceflags, nceposts;
   int npulls;            /* receives that pull (Prim.pull) */
+  int nputs;             /* of those, reductions that also put their result in a peer's buffer, which no receive
+                            waits for (tballoc.c's put_on): the call's end publishes them */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */

@@ -86,6 +86,11 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
     buf_puts(b, " => ");
   }
   if (p->kind != PR_SEND && p->kind != PR_RRS) loc(b, p->wbuf, p->widx, p->cnt);
+  if (p->pull && p->tout >= 0 && p->tout != p->tin) { /* put_on: and where its send would have landed */
+    const Task *o = &pl->dag.t[p->tout];
+    buf_printf(b, ", puts r%d ", o->dst);
+    loc(b, o->dbuf, o->didx, p->cnt);
+  }
   buf_printf(b, " slot=%d", p->slot);
   if (p->tin >= 0) buf_printf(b, " in=t%d", p->tin);
   if (p->tout >= 0 && p->tout != p->tin) buf_printf(b, " out=t%d", p->tout);

@@ -62,7 +62,8 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   buf_puts(b, open && !group ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
-  const Prim *rp = p->direct && p->tout >= 0 ? &pl->p[pl->task_recv[p->tout]] : NULL; /* where a put lands */
+  /* where a put lands (a pulled one's has no receive: the task says) */
+  const Prim *rp = p->direct && p->tout >= 0 && !p->pull ? &pl->p[pl->task_recv[p->tout]] : NULL;
   int last = rp && in_pieces(rp);
   switch (p->kind) {
   case PR_SEND:
@@ -92,7 +93,13 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
     break;
   case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
   case PR_RRCS:
-    call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    if (p->pull) { /* pull and reduce, then store the result here and where task tout lands */
+      const Task *o = &pl->dag.t[p->tout];
+      call(b, "RX_RRCS_PULL", "ibibibiibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf,
+           p->widx, o->dst, o->dbuf, o->didx, p->cnt, done);
+    } else {
+      call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
+    }
     break;
   case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
   case PR_CS:
@@ -140,8 +147,9 @@ void emit_table(const Plan *pl, int externs, Buf *b) {
   int R = pl->prog->nranks;
   if (externs)
     for (int r = 0; r < R; r++) buf_printf(b, "RX_RANK_EXTERN(%d)\n", r);
-  /* pulls: every kernel waits at its end for those that read its buffers */
-  buf_printf(b, "\nRX_PROGRAM_BEGIN(%d, %d)\n", R, pl->npulls > 0);
+  /* pulls: every kernel waits at its end for those that read its buffers
+     (2: and publishes its puts that no receive waits for) */
+  buf_printf(b, "\nRX_PROGRAM_BEGIN(%d, %d)\n", R, pl->nputs ? 2 : pl->npulls > 0);
   for (int r = 0; r < R; r++) buf_printf(b, "  RX_PROGRAM_RANK(%d, %d)\n", r, pl->ntb[r]);
   buf_puts(b, "RX_PROGRAM_END\n");
 }

@@ -70,12 +70,13 @@ static int l_plan_report(lua_State *L) {
     l_setint(L, "flags", pl->nflags);
     l_setint(L, "ce_copies", pl->nce);
     l_setint(L, "pulls", pl->npulls);
+    l_setint(L, "pulled_puts", pl->nputs);
     /* reductions that wait for the copy engine and that nothing waits for; pulls that reduce what they
        read; primitives that still send */
     int ends = 0, pred = 0, push = 0;
     for (int i = 0; i < pl->np; i++) {
       const Prim *q = &pl->p[i];
-      ends += q->ce && q->flag < 0 && q->cepost < 0, pred += q->pull && q->kind == PR_RRC, push += q->cout >= 0;
+      ends += q->ce && q->flag < 0 && q->cepost < 0, pred += q->pull && (q->kind == PR_RRC || q->kind == PR_RRCS), push += q->cout >= 0;
     }
     l_setint(L, "ce_ends", ends);
     l_setint(L, "pulled_reductions", pred);

@@ -52,6 +52,8 @@
 #include "core.h"
 #include "../kernels-templates/tile.h"
 
+#define FLOW_MAXHOP (2 * TOPO_MAXHOP) /* a pull that puts crosses two routes */
+
 enum { EV_STEP, EV_FLOW, EV_ARRIVE };
 enum { TS_BLOCKED, TS_ALPHA, TS_FLOW, TS_LOCAL, TS_DONE };
 enum { FK_PUSH, FK_CE, FK_READ, NFK }; /* who drives a flow: a TB's stores, a copy engine, a TB's reads */
@@ -87,7 +89,7 @@ typedef struct {
   double *rem, *rate, *tlast, *cap, *fbytes;
   unsigned *ver;
   char *fkind;                   /* FK_ kind */
-  int *path, *npath, *lpos;      /* up to TOPO_MAXHOP links, position in each link's list */
+  int *path, *npath, *lpos;      /* up to FLOW_MAXHOP links, position in each link's list */
   /* links, by topology id */
   int nl;
   char *lseen;
@@ -214,7 +216,7 @@ static void reshare(Sim *s, double now) {
       s->tlast[f] = now;
       double r = s->cap[f];
       for (int k = 0; k < s->npath[f]; k++)
-        if (s->share[s->path[f * TOPO_MAXHOP + k]] < r) r = s->share[s->path[f * TOPO_MAXHOP + k]];
+        if (s->share[s->path[f * FLOW_MAXHOP + k]] < r) r = s->share[s->path[f * FLOW_MAXHOP + k]];
       if (r == s->rate[f]) continue; /* its completion event still holds */
       s->rate[f] = r;
       s->ver[f]++;
@@ -231,9 +233,12 @@ static void mark(Sim *s, int l) {
   VEC_PUSH(s->dirty, s->ndirty, s->capdirty, l);
 }
 
-static void flow_start(Sim *s, int f, int kind, int src, int dst, double bytes, double cap, double now) {
-  int *p = s->path + f * TOPO_MAXHOP;
+/* Flow f from src to dst, and on to `then` where >= 0 (a pulled reduction
+   that puts its result: the read and the put at one pace). */
+static void flow_start(Sim *s, int f, int kind, int src, int dst, int then, double bytes, double cap, double now) {
+  int *p = s->path + f * FLOW_MAXHOP;
   s->npath[f] = topo_path(s->tp, src, dst, p);
+  if (then >= 0) s->npath[f] += topo_path(s->tp, dst, then, p + s->npath[f]);
   s->fkind[f] = (char)kind;
   s->rem[f] = s->fbytes[f] = bytes;
   s->rate[f] = 0;
@@ -243,7 +248,7 @@ static void flow_start(Sim *s, int f, int kind, int src, int dst, double bytes, 
     int l = p[k];
     link_touch(s, l);
     if (s->nlf[l] == 0) s->lsince[l] = now;
-    s->lpos[f * TOPO_MAXHOP + k] = s->nlf[l];
+    s->lpos[f * FLOW_MAXHOP + k] = s->nlf[l];
     VEC_PUSH(s->lflows[l], s->nlf[l], s->caplf[l], f);
     s->nkind[l * NFK + kind]++;
     mark(s, l);
@@ -252,13 +257,13 @@ static void flow_start(Sim *s, int f, int kind, int src, int dst, double bytes, 
 
 /* Take flow f off its links; returns the route's latency. */
 static double flow_end(Sim *s, int f, double now) {
-  const int *p = s->path + f * TOPO_MAXHOP;
+  const int *p = s->path + f * FLOW_MAXHOP;
   double lat = 0;
   for (int k = 0; k < s->npath[f]; k++) {
-    int l = p[k], i = s->lpos[f * TOPO_MAXHOP + k], g = s->lflows[l][--s->nlf[l]];
+    int l = p[k], i = s->lpos[f * FLOW_MAXHOP + k], g = s->lflows[l][--s->nlf[l]];
     s->lflows[l][i] = g; /* swap the last flow into the hole */
     for (int j = 0; j < s->npath[g]; j++)
-      if (s->path[g * TOPO_MAXHOP + j] == l) s->lpos[g * TOPO_MAXHOP + j] = i;
+      if (s->path[g * FLOW_MAXHOP + j] == l) s->lpos[g * FLOW_MAXHOP + j] = i;
     s->lbytes[l] += s->fbytes[f];
     s->nkind[l * NFK + s->fkind[f]]--;
     if (s->nlf[l] == 0) s->lactive[l] += now - s->lsince[l];
@@ -356,13 +361,14 @@ static void tb_data(Sim *s, int g, double now) {
   double bytes = tile_bytes(s, p), rate = tb_rate(s, p);
   if (p->pull) { /* it reads the sender's buffer over the link itself */
     s->state[g] = TS_FLOW;
-    flow_start(s, g, FK_READ, rot(s, k, s->pl->dag.t[p->tin].src), rot(s, k, p->rank), bytes, rate, now);
+    flow_start(s, g, FK_READ, rot(s, k, s->pl->dag.t[p->tin].src), rot(s, k, p->rank),
+               p->kind == PR_RRCS ? rot(s, k, s->pl->dag.t[p->tout].dst) : -1, bytes, rate, now);
   } else if (p->cout >= 0) {
     int c = k * s->NC + p->cout;
     s->tsent[(size_t)c * s->o.depth + s->sent[c]++ % s->o.depth] = now;
     const Conn *cn = &s->pl->conn[p->cout];
     s->state[g] = TS_FLOW;
-    flow_start(s, g, FK_PUSH, rot(s, k, cn->src), rot(s, k, cn->dst), bytes, rate, now);
+    flow_start(s, g, FK_PUSH, rot(s, k, cn->src), rot(s, k, cn->dst), -1, bytes, rate, now);
   } else {
     double from = now, pass = rate > 0 ? bytes / (rate * 1e3) : 0;
     if (p->cin >= 0 && s->o.gpu && p->direct) { /* a put landed: counted, or reduced where it is */
@@ -429,7 +435,7 @@ static void cs_data(Sim *s, int g, double now) {
   double bytes = c->cnt * s->chunk_bytes * s->K / (cs_each(c) ? s->M : 1), r = s->tp->ce_local_gbps;
   if (c->src != c->dst) {
     s->state[g] = TS_FLOW;
-    flow_start(s, g, FK_CE, c->src, c->dst, bytes, 0, now);
+    flow_start(s, g, FK_CE, c->src, c->dst, -1, bytes, 0, now);
     return;
   }
   s->state[g] = TS_LOCAL;
@@ -595,11 +601,13 @@ static rcStatus one_node(const Plan *pl, Err *e) {
   }
   for (int i = 0; i < pl->np; i++) {
     const Prim *p = &pl->p[i];
-    int src = p->pull ? pl->dag.t[p->tin].src : p->rank;
-    if (src / gpn == p->rank / gpn) continue; /* not a pull, or one inside a node */
+    int src = p->pull ? pl->dag.t[p->tin].src : p->rank, to = p->pull && p->kind == PR_RRCS ? pl->dag.t[p->tout].dst : src;
+    if (src / gpn == p->rank / gpn && to / gpn == p->rank / gpn) continue; /* not a pull, or one inside a node */
+    int off = src / gpn != p->rank / gpn ? src : to;
     plan_task_where(pl, p->tin, at, sizeof at);
-    return err_set(e, RC_EINVAL, "%s: rank %d pulls from rank %d, on another node (%s): the GPU runtime runs on one "
-                   "node, where reads reach only its GPUs; compile without --pull", at, p->rank, src, pl->topo->spec);
+    return err_set(e, RC_EINVAL, "%s: rank %d %s rank %d, on another node (%s): the GPU runtime runs on one node, where "
+                   "reads and puts reach only its GPUs; compile without --pull", at, p->rank,
+                   off == src ? "pulls from" : "puts to", off, pl->topo->spec);
   }
   return RC_OK;
 }
@@ -666,9 +674,9 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   s.cap = xcalloc((size_t)NA + 1, sizeof(double));
   s.fbytes = xcalloc((size_t)NA + 1, sizeof(double));
   s.ver = xcalloc((size_t)NA + 1, sizeof(unsigned));
-  s.path = xcalloc(((size_t)NA + 1) * TOPO_MAXHOP, sizeof(int));
+  s.path = xcalloc(((size_t)NA + 1) * FLOW_MAXHOP, sizeof(int));
   s.npath = xcalloc((size_t)NA + 1, sizeof(int));
-  s.lpos = xcalloc(((size_t)NA + 1) * TOPO_MAXHOP, sizeof(int));
+  s.lpos = xcalloc(((size_t)NA + 1) * FLOW_MAXHOP, sizeof(int));
   s.stamp = xcalloc((size_t)NA + 1, sizeof(int));
   s.fkind = xcalloc((size_t)NA + 1, 1);
   s.nl = pl->topo->nlinks;

@@ -23,7 +23,8 @@
 ** primitives of one TB disappear (program order), the rest get a flag.
 ** State-based plans then lend idle TBs local copies (see lend), and with
 ** Options.ce the copy engine takes what needs no TB (see offload), and with
-** Options.pull receives read what their sends would have put (see pull_in).
+** Options.pull receives read what their sends would have put (see pull_in),
+** and pulled reductions put what one send would forward (see put_on).
 */
 #include <stdlib.h>
 #include <string.h>
@@ -709,26 +710,96 @@ static void offload(Plan *pl) {
 }
 
 /*
-** Pull (Options.pull). A send that reads what no primitive of its rank
-** writes (an input the call never changes), that waits for nothing and that
-** nothing waits for, has nothing to do that its receiver cannot do: the
-** receive reads the sender's buffer itself (NCCL's DirectRead) and the send
-** goes. A plain receive then copies, a reduction reduces, what it reads over
-** the link, in one pass: no FIFO, no flag per piece, no landing buffer, and
-** its own waits still order it on its rank. A kernel starts a pull once the
-** sender's kernel runs the call, and a kernel ends only when every block
-** that pulls from it is done (cuda.cuh). On 2xH200 a probe's one-shot
-** all-reduce whose 16 blocks pull moved 98-307 GB/s from 1 to 32 MiB
-** (tools/probe-pull.cu), and in the runtime 3-11% more than 32 pushing
-** blocks from 2 to 8 MiB (BENCHMARKS.md).
+** Pull (Options.pull). A send that waits for nothing and that nothing waits
+** for has nothing to do that its receiver cannot do, when what it reads
+** holds the call's input while the receiver reads it: the receive reads the
+** sender's buffer itself (NCCL's DirectRead) and the send goes. A plain
+** receive then copies, a reduction reduces, what it reads over the link, in
+** one pass: no FIFO, no flag per piece, no landing buffer, and its own waits
+** still order it on its rank. A kernel starts a pull once the sender's
+** kernel runs the call, and a kernel ends only when every block that pulls
+** from it is done (cuda.cuh). On 2xH200 a probe's one-shot all-reduce whose
+** 16 blocks pull moved 98-307 GB/s from 1 to 32 MiB (tools/probe-pull.cu),
+** and in the runtime 3-11% more than 32 pushing blocks from 2 to 8 MiB
+** (BENCHMARKS.md).
+**
+** The source holds the input while it is read when no other primitive of
+** its rank writes it, or when every one that does receives what the puller's
+** rank sends after the pull (the send waits for it, or follows it in its
+** TB): that write comes after the read by causality. In place, a two-rank
+** ring all-reduce reduces its own half reading the peer's input, and writes
+** the peer's copy of that half only afterwards; so it pulls as out of place.
+** Such a writer's wait for the send that went (the hazard it guarded) goes
+** with it.
 */
+/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
+static int follows(const Plan *pl, const Prim *a, const Prim *b) {
+  if (a->tb == b->tb && a->seq < b->seq) return 1;
+  for (int j = b->wait_off; j < b->wait_off + b->nwaits; j++)
+    if (&pl->p[pl->wait[j]] == a) return 1;
+  return 0;
+}
+
+/* Whether the receive q may read what send p reads, from p's rank. */
+static int pullable(const Plan *pl, const Prim *p, const Prim *q) {
+  for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {
+    const Prim *w = &pl->p[pl->rank_prims[k]];
+    if (w == p || !prim_touches(w, p->rbuf, p->ridx, p->cnt, 1)) continue;
+    if (w->cin < 0) return 0;
+    const Prim *s = &pl->p[pl->task_send[w->tin]];
+    if (s->rank != q->rank || !follows(pl, q, s)) return 0;
+  }
+  /* Only such writers wait for p. */
+  for (int i = 0; i < pl->np && p->flag >= 0; i++)
+    for (int j = pl->p[i].wait_off; j < pl->p[i].wait_off + pl->p[i].nwaits; j++)
+      if (&pl->p[pl->wait[j]] == p && !prim_touches(&pl->p[i], p->rbuf, p->ridx, p->cnt, 1)) return 0;
+  return 1;
+}
+
+/*
+** Then a pulled reduction whose result one send forwards, that waits for it
+** alone, to a plain receive (plain_recv) puts it there itself as it stores
+** it, and the send and the receive go: nothing waits for the receive, so
+** the call's end (which every rank waits for when a plan pulls) is where
+** the put lands. A two-rank ring all-reduce then reads half of the peer's
+** input, reduces it with its own and writes the sum to both ranks, in one
+** pass with no FIFO and no flag, in place too.
+*/
+static void put_on(Plan *pl) {
+  char *out = xcalloc((size_t)pl->np + 1, 1);
+  int n = 0;
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *f = &pl->p[i], *q = NULL, *g;
+    if (f->kind != PR_SEND || f->flag >= 0 || f->join || f->nwaits > 1 || !(g = plain_recv(pl, f))) continue;
+    for (int k = pl->rank_off[f->rank]; k < pl->rank_off[f->rank + 1]; k++) {
+      q = &pl->p[pl->rank_prims[k]];
+      if (q->pull && q->kind == PR_RRC && !out[q - pl->p] && q->wbuf == f->rbuf && q->widx == f->ridx &&
+          q->cnt == f->cnt && follows(pl, q, f) && (f->nwaits == 1 || f->tb == q->tb))
+        break;
+      q = NULL;
+    }
+    /* What the send reads is the reduction's result: nothing else there writes it. */
+    for (int k = pl->rank_off[f->rank]; q && k < pl->rank_off[f->rank + 1]; k++) {
+      const Prim *w = &pl->p[pl->rank_prims[k]];
+      if (w != q && w != f && prim_touches(w, f->rbuf, f->ridx, f->cnt, 1)) q = NULL;
+    }
+    if (!q) continue;
+    Prim *r = &pl->p[q - pl->p];
+    r->kind = PR_RRCS, r->tout = f->tout, r->direct = 1;
+    pl->task_send[f->tout] = (int)(r - pl->p);
+    out[i] = out[g - pl->p] = 1, n++;
+  }
+  pl->nputs = n;
+  if (n) drop_prims(pl, out);
+  free(out);
+}
+
 static void pull_in(Plan *pl) {
   int R = pl->prog->nranks;
   char *out = xcalloc((size_t)pl->np + 1, 1); /* the sends that go */
   for (int i = 0; i < pl->np; i++) {
     const Prim *p = &pl->p[i], *q = p->kind == PR_SEND ? &pl->p[pl->task_recv[p->tout]] : NULL;
-    out[i] = q && !p->nwaits && p->flag < 0 && !p->join && alone(pl, p, 1, 0) && !q->join &&
-             (q->kind == PR_RECV || q->kind == PR_RRC);
+    out[i] = q && !p->nwaits && !p->join && !q->join && (q->kind == PR_RECV || q->kind == PR_RRC) && pullable(pl, p, q);
   }
   /* A rank keeps a primitive: its kernel tells pullers that its buffers are
      ready, and holds them until they are done. */
@@ -744,7 +815,15 @@ static void pull_in(Plan *pl) {
     q->pull = 1, q->direct = 0, q->cin = -1, q->rbuf = p->rbuf, q->ridx = p->ridx;
     pl->npulls++;
   }
-  if (pl->npulls) drop_prims(pl, out);
+  /* Writers that waited for a send that went wait for it no more. */
+  for (int i = 0; i < pl->np && pl->npulls; i++) {
+    Prim *w = &pl->p[i];
+    int k = 0;
+    for (int j = w->wait_off; j < w->wait_off + w->nwaits; j++)
+      if (!out[pl->wait[j]]) pl->wait[w->wait_off + k++] = pl->wait[j];
+    w->nwaits = k;
+  }
+  if (pl->npulls) drop_prims(pl, out), put_on(pl);
   free(out);
 }
 

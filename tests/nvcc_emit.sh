@@ -26,3 +26,12 @@ for name in allgather_ring reducescatter_ring; do
   "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/ce-$name.o" "$tmp/ce-$name.cu"
   echo "compiled $name (ranks=2, --ce) for sm_90"
 done
+# Pulls: a one-shot all-reduce reads the peer's input; a ring all-reduce
+# also puts what it reduces into the peer's output (RX_RRCS_PULL).
+for name in allreduce_allpairs allreduce_ring; do
+  "$bin" compile "$src/algorithms/$name.lua" ranks=2 --pull --emit cuda >"$tmp/pull-$name.cu"
+  grep -q "RX_PROGRAM_BEGIN(2, [12])" "$tmp/pull-$name.cu"
+  "$nvcc" -arch=sm_90 -diag-suppress 177 -c -o "$tmp/pull-$name.o" "$tmp/pull-$name.cu"
+  echo "compiled $name (ranks=2, --pull) for sm_90"
+done
+grep -q "RX_RRCS_PULL" "$tmp/pull-allreduce_ring.cu"

@@ -24,6 +24,8 @@ if [ "$mode" = build ]; then
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --ce --plan "$tmp/allreduce-ce.plan"
   # a one-shot all-reduce whose receives read the peer's input
   "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks=2 --pull --plan "$tmp/allreduce-pull.plan"
+  # a ring all-reduce whose kernels put too (RX_PROGRAM_BEGIN(2, 2))
+  "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --pull --plan "$tmp/allreduce-ring-pull.plan"
   # Copies that name a flag twice, reach past their buffer, wait for a counter while a reduction waits
   # for them, or name a counter the plan does not have or its kernel never posts, and pulls the
   # kernel's source disowns or that it makes unannounced, a negative TB count, and another version
@@ -35,6 +37,7 @@ if [ "$mode" = build ]; then
     'allreduce-ce|s/^1 1 1 0 1 1 1 -1 1$/1 1 1 0 1 1 1 -1 2/;s/^counters 2$/counters 3/|counters' \
     'allreduce-ce|s/^pulls 0$/pulls 1/|pulls' \
     'allreduce-pull|s/^pulls 2$/pulls 0/|pulls' \
+    'allreduce-ring-pull|s/^pulls 2$/pulls 0/|pulls' \
     'allreduce-pull|s/^tbs 1 1$/tbs -1 1/|tbs' \
     'allreduce-pull|s/^resccl-plan [0-9]*$/resccl-plan 5/|version'; do
     IFS='|'
@@ -63,10 +66,12 @@ done
 "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --ce --plan "$tmp/reducescatter-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks="$ranks" --ce --plan "$tmp/allreduce-ce.plan"
 "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$((ranks + 1)) --plan "$tmp/other-ranks.plan"
-# With --pull: receives read the sender's input (a one-shot all-reduce, a reduce-scatter, an all-gather).
+# With --pull: receives read the sender's input (a one-shot all-reduce, a reduce-scatter, an all-gather,
+# a ring all-reduce that puts what it reduces).
 "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks="$ranks" --pull --plan "$tmp/allreduce-pull.plan"
 "$bin" compile "$src/algorithms/reducescatter_ring.lua" ranks="$ranks" --pull --plan "$tmp/reducescatter-pull.plan"
 "$bin" compile "$src/algorithms/allgather_ring.lua" ranks="$ranks" --pull --plan "$tmp/allgather-pull.plan"
+"$bin" compile "$src/algorithms/allreduce_ring.lua" ranks="$ranks" --pull --plan "$tmp/allreduce-ring-pull.plan"
 # A one-shot all-reduce as compiled by default: pushing, and pulling for mid sizes.
 "$bin" compile "$src/algorithms/allreduce_allpairs.lua" ranks="$ranks" --plan "$tmp/allreduce-allpairs.plan"
 RANKS=$ranks exec "$test" run "$tmp"

@@ -575,6 +575,10 @@ int main(int argc, char **argv) {
           "a lone rank of a pulling plan: %d", rc);
     cudaFree(buf);
   }
+  /* A ring all-reduce compiled with --pull: on two ranks each reduces its
+     half reading the peer's input and stores the sum on both ranks, in
+     place too (tballoc.c's put_on); replayed in graphs too. */
+  if (plan_runs(argv[2], "allreduce", "-ring-pull") == resccl_success) graph_replay("allreduce", 1 << 20, 0);
   /* A plan file holds a placement's copy-engine form after its TB form;
      calls from RESCCL_CE_FROM bytes run it (on two ranks an all-gather's
      has no block). */
@@ -628,8 +632,8 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s", path);
   graph_replay("allreduce", 4099, 1 << 16);
-  /* The plain all-reduce again (a ring: no pulling form): the checks below
-     call ranks alone. */
+  /* The plain all-reduce again (the checks below call ranks alone: they
+     run its first form). */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
   setenv("RESCCL_PULL_BELOW", "1X", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument &&

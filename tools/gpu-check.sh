@@ -98,6 +98,9 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check "reducescatter_ring.r2.pull.gpu$ngpu" algorithms/reducescatter_ring.lua ranks=2 ndev="$ngpu" $big dtype=bf16 \
     op=avg --pull
   check allgather_ring.r2.pull.virtual algorithms/allgather_ring.lua ranks=2 ndev=1 count=4099 nmicro=3 dtype=u8 --pull
+  # and a ring all-reduce that stores what it reduces on both ranks (put_on), in place too
+  check "allreduce_ring.r2.pull.gpu$ngpu" algorithms/allreduce_ring.lua ranks=2 ndev="$ngpu" $big dtype=bf16 op=avg --pull
+  check allreduce_ring.r2.pull.virtual algorithms/allreduce_ring.lua ranks=2 ndev=1 count=4099 nmicro=3 dtype=i8 op=max --pull
   check allreduce_rd.r8.pull.virtual algorithms/allreduce_rd.lua ranks=8 ndev=1 count=4099 nmicro=3 dtype=f64 op=prod --pull
   # Every dtype with every op on virtual ranks, at an odd count (vector tails);
   # avg also through recvReduceCopySend and recvReduceSend (allreduce_rd on 8

@@ -44,11 +44,13 @@ options (each command refuses those it does not use):
                          waits for run on the copy engine, with no TB (an
                          all-gather on two ranks needs none); plan files hold
                          that form anyway, for large calls
-  --pull                 a send that reads an input the call never changes
-                         goes: its receive reads the sender's buffer itself
-                         (a one-shot all-reduce on two ranks then has one TB
-                         per rank); plan files hold that form anyway where a
-                         pull reduces and nothing is pushed, for mid sizes
+  --pull                 a send that reads the call's input goes: its receive
+                         reads the sender's buffer itself, and a reduction
+                         so pulled puts what one send would forward (a
+                         one-shot or ring all-reduce on two ranks then has
+                         one TB per rank); plan files hold that form anyway
+                         where a pull reduces and nothing is pushed, for mid
+                         sizes
   --json                 print one machine-readable report (not bench)
   --dump dag|sched|lower|tb   print that stage (compile)
   --stop-after STAGE     stop after dag|sched|lower|tb|verify (compile; not
@@ -323,7 +325,8 @@ end
 -- pushed any more: an all-gather whose receives pulled moved 9-33% less than
 -- its pushes from 8 to 64 MiB, and a two-rank ring all-reduce pulling its
 -- first hop and pushing its second 10-17% less from 16 to 32 MiB
--- (BENCHMARKS.md).
+-- (BENCHMARKS.md); one whose reductions put their sums themselves (put_on)
+-- pushes nothing.
 function M.write_plan(o, alg, prog, topo, path)
   local text = {}
   local function form(opts, keep)

@@ -330,23 +330,39 @@ describe("pulls", function()
   end
 
   it("take a send's work to its receive where the send reads an input the call never changes", function()
-    -- plan, ranks, pulls, of them reductions, TBs in all; a two-rank one-shot all-reduce keeps one TB a rank
-    for _, c in ipairs { { "allreduce_allpairs", 2, 2, 2, 2 }, { "reducescatter_ring", 2, 2, 2, 2 },
-      { "allgather_ring", 2, 2, 0, 2 }, { "allreduce_ring", 2, 2, 2, 4 }, { "alltoall_direct", 4, 12, 0, 12 } } do
+    -- plan, ranks, pulls, of them reductions, of those puts, TBs in all; a two-rank one-shot all-reduce
+    -- keeps one TB a rank, and so does a two-rank ring all-reduce, whose reductions put their sums
+    for _, c in ipairs { { "allreduce_allpairs", 2, 2, 2, 0, 2 }, { "reducescatter_ring", 2, 2, 2, 0, 2 },
+      { "allgather_ring", 2, 2, 0, 0, 2 }, { "allreduce_ring", 2, 2, 2, 2, 2 }, { "alltoall_direct", 4, 12, 0, 0, 12 } } do
       local p = plan(c[1], c[2])
       local r, dump, code = p:report(), p:dump("tb"), p:emit("host")
       assert.equal(c[3], r.pulls)
       assert.equal(c[4], r.pulled_reductions)
-      assert.equal(c[5], r.tbs_total)
+      assert.equal(c[5], r.pulled_puts)
+      assert.equal(c[6], r.tbs_total)
       assert.equal(c[3], select(2, dump:gsub(" pulls r%d ", "")))
-      assert.equal(c[3], select(2, code:gsub("\n    RX_R?R?C?_?PULL%(", "")))
-      assert.truthy(code:find("RX_PROGRAM_BEGIN(" .. c[2] .. ", 1)", 1, true))
+      assert.equal(c[5], select(2, dump:gsub(", puts r%d ", "")))
+      assert.equal(c[3], select(2, code:gsub("\n    RX_[RCS]*_?PULL%(", "")))
+      assert.truthy(code:find("RX_PROGRAM_BEGIN(" .. c[2] .. ", " .. (c[5] > 0 and 2 or 1) .. ")", 1, true))
       assert.truthy(p:artifact():find("\npulls " .. c[3] .. "\n", 1, true))
       -- whole blocks and slabs with a leftover, on the host executor
       for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i8" } } do
         assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3], op = "max" }).wrong)
       end
     end
+  end)
+
+  it("read what a rank writes later only with what the puller sends after the pull", function()
+    -- in place a two-rank ring all-reduce reads the peer's half before it writes the sum there: it
+    -- pulls and puts as out of place, one TB a rank; a four-rank ring's writers are other ranks
+    local p = plan("allreduce_ring", 2, true)
+    local r = p:report()
+    assert.same({ 2, 2, 2 }, { r.pulls, r.pulled_puts, r.tbs_total })
+    assert.matches("rrcs   pulls r1 output%[0%], output%[0%], puts r1 output%[0%]", p:dump("tb"))
+    for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "u8" } } do
+      assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3], op = "avg" }).wrong)
+    end
+    assert.equal(0, plan("allreduce_ring", 4, true):report().pulls)
   end)
 
   it("leave sends whose source a rank writes, and refuse the copy engine beside them", function()

@@ -464,10 +464,12 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     snprintf(post, sizeof post, "RX_CE_POST(%d)", v->ce[CE_INTS * i + 8]);
     if (v->ce[CE_INTS * i + 8] >= 0 && !strstr(v->src, post)) BAD("counters");
   }
-  /* A kernel that pulls needs every rank's buffers: the runtime gives them to the forms that say so. */
-  char begin[64];
+  /* A kernel that pulls needs every rank's buffers: the runtime gives them to the forms that say so
+     (whose kernels may put too: RX_PROGRAM_BEGIN(n, 2)). */
+  char begin[64], puts[64];
   snprintf(begin, sizeof begin, "RX_PROGRAM_BEGIN(%d, %d)", v->nranks, v->pulls > 0);
-  if (!strstr(v->src, begin)) BAD("pulls");
+  snprintf(puts, sizeof puts, "RX_PROGRAM_BEGIN(%d, 2)", v->nranks);
+  if (!strstr(v->src, begin) && !(v->pulls && strstr(v->src, puts))) BAD("pulls");
 #undef BAD
   *out = v;
   return resccl_success;
