@@ -291,6 +291,16 @@ void data_check(const Plan *pl, const ExecOpts *o, char *const *buf, ExecResult 
                  r, i, g, x);
     }
   }
+  /* Out of place the input is the caller's, and stays as it was (NCCL's sendbuff is const). */
+  for (int r = 0; r < R && !pl->opt.inplace; r++) {
+    const char *got = buf[r * 3 + BUF_INPUT];
+    for (size_t i = 0; i < nin; i++) {
+      if (memcmp(got + i * es, in[r] + i * es, es) == 0) continue;
+      if (res->nwrong++ == 0)
+        snprintf(res->first_wrong, sizeof res->first_wrong, "rank %d input element %zu: written out of place (%.17g, "
+                 "was %.17g)", r, i, get(got, i, o->dtype), get(in[r], i, o->dtype));
+    }
+  }
   for (int r = 0; r < R; r++) free(in[r]);
   free(in), free(ref);
 }

@@ -763,19 +763,36 @@ static int pullable(const Plan *pl, const Prim *p, const Prim *q) {
 ** the call's end (which every rank waits for when a plan pulls) is where
 ** the put lands. A two-rank ring all-reduce then reads half of the peer's
 ** input, reduces it with its own and writes the sum to both ranks, in one
-** pass with no FIFO and no flag, in place too.
+** pass with no FIFO and no flag, in place too. Not where the receive is its
+** rank's last primitive (the rank keeps one), nor where another pull reads
+** its destination and the reduction does not follow that pull: the write
+** would move before the read that the send's order kept it after.
 */
+/* Whether a pull other than q reads what g writes and q does not follow it:
+   the write, once q's, would come before that read. */
+static int read_before(const Plan *pl, const Prim *q, const Prim *g) {
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *x = &pl->p[i];
+    if (x != q && x->pull && pl->dag.t[x->tin].src == g->rank && x->rbuf == g->wbuf && x->ridx < g->widx + g->cnt &&
+        g->widx < x->ridx + x->cnt && !follows(pl, x, q))
+      return 1;
+  }
+  return 0;
+}
+
 static void put_on(Plan *pl) {
+  int R = pl->prog->nranks, n = 0;
   char *out = xcalloc((size_t)pl->np + 1, 1);
-  int n = 0;
+  int *left = xcalloc((size_t)R + 1, sizeof *left); /* a rank keeps a primitive (pull_in) */
+  for (int r = 0; r < R; r++) left[r] = pl->rank_off[r + 1] - pl->rank_off[r];
   for (int i = 0; i < pl->np; i++) {
     const Prim *f = &pl->p[i], *q = NULL, *g;
-    if (f->kind != PR_SEND || f->flag >= 0 || f->join || f->nwaits > 1 || !(g = plain_recv(pl, f))) continue;
+    if (f->kind != PR_SEND || f->flag >= 0 || f->join || f->nwaits > 1 || !(g = plain_recv(pl, f)) || left[g->rank] < 2)
+      continue;
     for (int k = pl->rank_off[f->rank]; k < pl->rank_off[f->rank + 1]; k++) {
       q = &pl->p[pl->rank_prims[k]];
-      if (q->pull && q->kind == PR_RRC && !out[q - pl->p] && q->wbuf == f->rbuf && q->widx == f->ridx &&
-          q->cnt == f->cnt && follows(pl, q, f) && (f->nwaits == 1 || f->tb == q->tb))
-        break;
+      int only = f->nwaits ? &pl->p[pl->wait[f->wait_off]] == q : f->tb == q->tb && q->seq < f->seq; /* waits for q alone */
+      if (q->pull && q->kind == PR_RRC && q->wbuf == f->rbuf && q->widx == f->ridx && q->cnt == f->cnt && only) break;
       q = NULL;
     }
     /* What the send reads is the reduction's result: nothing else there writes it. */
@@ -783,15 +800,16 @@ static void put_on(Plan *pl) {
       const Prim *w = &pl->p[pl->rank_prims[k]];
       if (w != q && w != f && prim_touches(w, f->rbuf, f->ridx, f->cnt, 1)) q = NULL;
     }
-    if (!q) continue;
+    if (!q || read_before(pl, q, g)) continue;
     Prim *r = &pl->p[q - pl->p];
     r->kind = PR_RRCS, r->tout = f->tout, r->direct = 1;
     pl->task_send[f->tout] = (int)(r - pl->p);
     out[i] = out[g - pl->p] = 1, n++;
+    left[f->rank]--, left[g->rank]--;
   }
   pl->nputs = n;
   if (n) drop_prims(pl, out);
-  free(out);
+  free(out), free(left);
 }
 
 static void pull_in(Plan *pl) {
@@ -800,6 +818,16 @@ static void pull_in(Plan *pl) {
   for (int i = 0; i < pl->np; i++) {
     const Prim *p = &pl->p[i], *q = p->kind == PR_SEND ? &pl->p[pl->task_recv[p->tout]] : NULL;
     out[i] = q && !p->nwaits && !p->join && !q->join && (q->kind == PR_RECV || q->kind == PR_RRC) && pullable(pl, p, q);
+  }
+  /* A send whose source's writer is justified by a send that goes too stays:
+     that writer would then pull, ordered by nothing on the puller's rank. */
+  for (int again = 1; again;) {
+    again = 0;
+    for (int i = 0; i < pl->np; i++)
+      for (int k = pl->rank_off[pl->p[i].rank]; out[i] && k < pl->rank_off[pl->p[i].rank + 1]; k++) {
+        const Prim *w = &pl->p[pl->rank_prims[k]], *p = &pl->p[i];
+        if (w != p && prim_touches(w, p->rbuf, p->ridx, p->cnt, 1) && out[pl->task_send[w->tin]]) out[i] = 0, again = 1;
+      }
   }
   /* A rank keeps a primitive: its kernel tells pullers that its buffers are
      ready, and holds them until they are done. */

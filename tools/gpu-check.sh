@@ -195,9 +195,9 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ]; then
 elif [ "${BENCH:-1}" = 1 ]; then
   # One GPU: a call's fixed cost, two virtual ranks in CUDA graphs (no host
   # time between calls, no link): the same start, waits and ends as on two GPUs.
-  for a in allreduce_allpairs reducescatter_ring allgather_ring "allgather_ring --ce"; do
+  for a in allreduce_allpairs "allreduce_ring --pull" reducescatter_ring allgather_ring "allgather_ring --ce"; do
     set -- $a
-    f="$out/bench-virtual-$1${2:+-ce}.txt"
+    f="$out/bench-virtual-$1${2:+-${2#--}}.txt"
     "$bin" bench "algorithms/$1.lua" ${2:-} ranks=2 --virtual -b 64K -e 4M -f 4 -n 100 -w 10 -G 10 >"$f" 2>&1 ||
       fail=1 bfail=1
     echo "== $a, 2 virtual ranks, in graphs"

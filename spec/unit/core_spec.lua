@@ -365,6 +365,47 @@ describe("pulls", function()
     assert.equal(0, plan("allreduce_ring", 4, true):report().pulls)
   end)
 
+  it("keep what orders a pulled read before the write it justified", function()
+    local function alg(name, build)
+      return { resccl.algorithm { name = name, collective = "allreduce", build = build }:program { ranks = 2 } }
+    end
+    local function run(pt, tb, inplace)
+      local p = assert(resccl.compile(pt[1], pt[2], { pull = true, tb = tb, inplace = inplace }))
+      for _ = 1, 3 do assert.equal(0, assert(p:exec { count = 4100, nmicro = 3 }).wrong) end
+      return p:dump("tb")
+    end
+    -- rank 0 reduces everything and sends the sum to rank 1: rank 1 keeps its receive (a rank keeps a
+    -- primitive, or its kernel would never tell rank 0 its buffers are ready)
+    local dump = run(alg("reduce_bcast", function(a)
+      a:chunk(0, "input", 0, a.chunks):copy(0, "output", 0):reduce(a:chunk(1, "input", 0, a.chunks)):copy(1, "output", 0)
+    end), "state", false)
+    assert.matches("r1 tb0:\n  recv   from r0 ", dump)
+    -- a second pull of the peer's chunk r (into scratch) that the reduction does not follow: the sum goes back
+    -- through a send, after it, not with the reduction
+    local function hint(st, rt, ss, rs, ch) return { sendtb = st, recvtb = rt, sendstep = ss, recvstep = rs, ch = ch } end
+    dump = run(alg("put_war", function(a)
+      for r = 0, 1 do
+        local o = 1 - r
+        local acc = a:chunk(r, "input", r):copy(r, "scratch", 1, { sendtb = 0, sendstep = 0 })
+        acc = acc:reduce(a:chunk(o, "input", r), hint(1, 0, 0, 1))
+        a:chunk(o, "input", r):copy(r, "scratch", 0, hint(1, 0, 1, 2))
+        acc:copy(o, "output", r, hint(0, 1, 3, 2, 1))
+        a:chunk(r, "input", r):copy(r, "output", r, { sendtb = 0, sendstep = 4 }):reduce(a:chunk(r, "scratch", 0),
+          { sendtb = 0, sendstep = 5 })
+      end
+    end), "manual", true)
+    assert.not_matches(", puts ", dump)
+    -- a write justified by a send that would go too: one of the two stays a send
+    dump = run(alg("pull_chain", function(a)
+      local s1 = a:chunk(1, "input", 1):copy(1, "output", 1):reduce(a:chunk(0, "input", 1), hint(0, 0, 0, 0))
+      a:chunk(1, "input", 0):copy(0, "output", 1, hint(0, 0, 1, 1))
+      local s0 = a:chunk(0, "input", 0):copy(0, "output", 0):reduce(a:chunk(1, "input", 0), hint(0, 0, 2, 2))
+      s0:copy(1, "output", 0, hint(0, 0, 4, 4))
+      s1:copy(0, "output", 1, hint(0, 0, 3, 3))
+    end), "manual", true)
+    assert.matches("r0 tb0:\n  send   to r1 output%[1%]", dump)
+  end)
+
   it("leave sends whose source a rank writes, and refuse the copy engine beside them", function()
     -- in place the one-shot's input is its output, which its reduction writes: nothing pulls
     local p = plan("allreduce_allpairs", 2, true)
@@ -433,6 +474,23 @@ describe("lowering", function()
       case.count = 1031
       assert.equal(0, assert(plan:exec(case)).wrong)
     end
+  end)
+
+  it("leave the input as it was out of place, or the run counts it wrong (NCCL's sendbuff is const)", function()
+    -- rank 0 reduces into its input, then copies the sum to both outputs: right in place only
+    local alg = resccl.algorithm {
+      name = "scribble", collective = "allreduce", chunks = 1,
+      build = function(a)
+        local sum = a:chunk(0, "input", 0):reduce(a:chunk(1, "input", 0))
+        sum:copy(0, "output", 0)
+        sum:copy(1, "output", 0)
+      end,
+    }
+    local prog, topo = alg:program { ranks = 2 }
+    local r = assert(assert(resccl.compile(prog, topo)):exec { count = 64 })
+    assert.equal(64, r.wrong)
+    assert.matches("^rank 0 input element 0: written out of place", r.first_wrong)
+    assert.equal(0, assert(assert(resccl.compile(prog, topo, { inplace = true })):exec { count = 64 }).wrong)
   end)
 
   it("forwards a reduced chunk without keeping it when nothing reads it again (rrs)", function()

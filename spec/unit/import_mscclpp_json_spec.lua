@@ -175,6 +175,16 @@ describe("MSCCL++ JSON import", function()
       assert.are.same({ "reducescatter", 1 }, { i.collective, i.chunks })
       assert.are.same({}, i.warnings)
       assert.are.equal("ok", verdict(i))
+      -- in place it works in its input: staged in scratch after the plan's own, so that out of place the
+      -- caller's input stays as it was
+      i = load { coll = "reducescatter", inplace = true, protocol = "LL", chunks = { 2, 1, 1 }, [0] = rs(0), [1] = rs(1) }
+      assert.are.same({ 0, "input", 0, 0, "scratch", 1 }, { i.xfers[1].src, i.xfers[1].sbuf, i.xfers[1].sidx,
+        i.xfers[1].dst, i.xfers[1].dbuf, i.xfers[1].didx })
+      local prog, topo = import.algorithm(i):program {}
+      for _, inplace in ipairs { false, true } do
+        local p = assert(resccl.compile(prog, topo, { inplace = inplace }))
+        assert.are.equal(0, assert(p:exec { count = 64 }).wrong)
+      end
     end)
 
     it("sem_release and sem_acquire order TBs of one GPU", function()

@@ -424,11 +424,17 @@ local function transfers(algo, rd)
   -- reference to the buffer the core aliases in-place (and copy the input
   -- there first, a copy the core drops for in-place calls).
   local normalise = algo.inplace and not algo.outofplace
+  -- But a reduce-scatter's in-place buffer is its input, which out of place
+  -- is the caller's and stays as it was (NCCL's sendbuff is const): such a
+  -- file works in scratch after its own, the input copied there first and
+  -- the result copied out last, in both placements (the program is one).
+  local staged = normalise and coll == "reducescatter"
   local function place(r, b, off)
     local buf = BUFS[b]
-    if normalise then
+    if staged and buf ~= "scratch" then
+      return "scratch", algo.gpus[r].s_chunks + (buf == "output" and r * C or 0) + off
+    elseif normalise then
       if coll == "allgather" and buf == "input" then return "output", r * C + off
-      elseif coll == "reducescatter" and buf == "output" then return "input", r * C + off
       elseif (coll == "allreduce" or coll == "alltoall") and buf == "input" then return "output", off end
     end
     return buf, off
@@ -473,7 +479,7 @@ local function transfers(algo, rd)
 
   -- Temporary scratch chunks go after the file's own.
   local scratch_top = {}
-  for r = 0, R - 1 do scratch_top[r] = algo.gpus[r].s_chunks end
+  for r = 0, R - 1 do scratch_top[r] = algo.gpus[r].s_chunks + (staged and algo.size.input or 0) end
   local function tmp(r, cnt)
     local i = scratch_top[r]
     scratch_top[r] = i + cnt
@@ -604,14 +610,17 @@ local function transfers(algo, rd)
         local n = algo.size.input
         xs[#xs + 1] = xfer(r, { buf = "input", idx = 0 }, r, { buf = "output", idx = 0 }, n, "copy", -1, line, nil,
           "in-place input")
+      elseif staged then
+        xs[#xs + 1] = xfer(r, { buf = "input", idx = 0 }, r, { buf = "scratch", idx = algo.gpus[r].s_chunks },
+          algo.size.input, "copy", -1, line, nil, "in-place input")
       end
     end
   end
   for _, x in ipairs(recs) do xs[#xs + 1] = x.x end
-  if normalise and coll == "reducescatter" then
+  if staged then
     for r = 0, R - 1 do
-      xs[#xs + 1] = xfer(r, { buf = "input", idx = r * C }, r, { buf = "output", idx = 0 }, C, "copy", 1 << 30,
-        algo.gpus[r].line, nil, "in-place output")
+      xs[#xs + 1] = xfer(r, { buf = "scratch", idx = algo.gpus[r].s_chunks + r * C }, r, { buf = "output", idx = 0 },
+        C, "copy", 1 << 30, algo.gpus[r].line, nil, "in-place output")
     end
   end
   return xs

@@ -556,15 +556,25 @@ end
 
 -- ------------------------------------------------------------ normalise
 
+--- An in-place reduce-scatter's buffer is its input, which out of place is
+--- the caller's and stays as it was (NCCL's sendbuff is const): such a plan
+--- works in scratch after its own, in both placements (the program is one);
+--- the chunk there of rank r's (buf, idx), before parts.
+local function staged_at(plan)
+  return function(r, buf, idx)
+    return plan.G[r].size.scratch + (buf == "output" and r * plan.C or 0) + idx
+  end
+end
+
 --- Put every chunk range in resccl's terms: in-place aliases become the one
 --- buffer the core keeps in place, indices count parts of chunks, and a TB
 --- of a group keeps its own slice.
 local function normalise(plan)
-  local C, L, coll = plan.C, plan.split, plan.coll
+  local C, L, coll, staged = plan.C, plan.split, plan.coll, staged_at(plan)
   local function place(x)
     if plan.inplace then
-      if coll == "allgather" and x.buf == "input" then return "output", x.rank * C + x.idx
-      elseif coll == "reducescatter" and x.buf == "output" then return "input", x.rank * C + x.idx
+      if coll == "reducescatter" and x.buf ~= "scratch" then return "scratch", staged(x.rank, x.buf, x.idx)
+      elseif coll == "allgather" and x.buf == "input" then return "output", x.rank * C + x.idx
       elseif (coll == "allreduce" or coll == "alltoall") and x.buf == "input" then return "output", x.idx end
     end
     return x.buf, x.idx
@@ -589,7 +599,7 @@ local function normalise(plan)
               local k, g = op.tbg[1], op.tbg[2]
               x.idx, x.n = x.idx + k * n // g, n // g
             end
-            if buf == "scratch" then
+            if x.file_buf == "scratch" then -- (not the staged input: staged_at)
               local s = scratch[x.rank] or {}
               scratch[x.rank] = s
               local mode, other = x.pkt and "pkt" or "plain", x.pkt and "plain" or "pkt"
@@ -880,12 +890,15 @@ local function transfers(plan, ops)
 
   -- In-place plans address one buffer through both names: the input enters
   -- it first (a copy the core drops for in-place calls), and a reduce-scatter's
-  -- result leaves it last.
-  local CL = C * L
+  -- result leaves it last (its buffer is in scratch: staged_at).
+  local CL, staged = C * L, staged_at(plan)
   if plan.inplace then
     for r = 0, R - 1 do
       local line = plan.G[r].line
-      if plan.coll == "allgather" then
+      if plan.coll == "reducescatter" then
+        xfer({ rank = r, buf = "input", idx = 0, n = R * CL }, { rank = r, buf = "scratch", idx = staged(r, "input", 0) * L },
+          "copy", -1, line, "in-place input")
+      elseif plan.coll == "allgather" then
         xfer({ rank = r, buf = "input", idx = 0, n = CL }, { rank = r, buf = "output", idx = r * CL }, "copy", -1, line,
           "in-place input")
       elseif plan.coll == "allreduce" or plan.coll == "alltoall" then
@@ -929,8 +942,8 @@ local function transfers(plan, ops)
   end
   if plan.inplace and plan.coll == "reducescatter" then
     for r = 0, R - 1 do
-      xfer({ rank = r, buf = "input", idx = r * CL, n = CL }, { rank = r, buf = "output", idx = 0 }, "copy", 1 << 30,
-        plan.G[r].line, "in-place output")
+      xfer({ rank = r, buf = "scratch", idx = staged(r, "output", 0) * L, n = CL }, { rank = r, buf = "output", idx = 0 },
+        "copy", 1 << 30, plan.G[r].line, "in-place output")
     end
   end
   return xs
