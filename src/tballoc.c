@@ -484,15 +484,20 @@ static int alone(const Plan *pl, const Prim *p, int reads, int writes) {
   return 1;
 }
 
+/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
+static int follows(const Plan *pl, const Prim *a, const Prim *b) {
+  if (a->tb == b->tb && a->seq < b->seq) return 1;
+  for (int j = b->wait_off; j < b->wait_off + b->nwaits; j++)
+    if (&pl->p[pl->wait[j]] == a) return 1;
+  return 0;
+}
+
 /* Whether every other primitive of q's rank that touches what q writes
    runs after q: later in q's TB, or waiting for q's flag. */
 static int first_there(const Plan *pl, const Prim *q) {
   for (int k = pl->rank_off[q->rank]; k < pl->rank_off[q->rank + 1]; k++) {
     const Prim *r = &pl->p[pl->rank_prims[k]];
-    if (r == q || !prim_touches(r, q->wbuf, q->widx, q->cnt, 0) || (r->tb == q->tb && r->seq > q->seq)) continue;
-    int waits = 0;
-    for (int j = r->wait_off; j < r->wait_off + r->nwaits && !waits; j++) waits = &pl->p[pl->wait[j]] == q;
-    if (!waits) return 0;
+    if (r != q && prim_touches(r, q->wbuf, q->widx, q->cnt, 0) && !follows(pl, q, r)) return 0;
   }
   return 1;
 }
@@ -732,14 +737,6 @@ static void offload(Plan *pl) {
 ** Such a writer's wait for the send that went (the hazard it guarded) goes
 ** with it.
 */
-/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
-static int follows(const Plan *pl, const Prim *a, const Prim *b) {
-  if (a->tb == b->tb && a->seq < b->seq) return 1;
-  for (int j = b->wait_off; j < b->wait_off + b->nwaits; j++)
-    if (&pl->p[pl->wait[j]] == a) return 1;
-  return 0;
-}
-
 /* Whether the receive q may read what send p reads, from p's rank. */
 static int pullable(const Plan *pl, const Prim *p, const Prim *q) {
   for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {

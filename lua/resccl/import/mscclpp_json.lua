@@ -560,20 +560,18 @@ end
 --- the caller's and stays as it was (NCCL's sendbuff is const): such a plan
 --- works in scratch after its own, in both placements (the program is one);
 --- the chunk there of rank r's (buf, idx), before parts.
-local function staged_at(plan)
-  return function(r, buf, idx)
-    return plan.G[r].size.scratch + (buf == "output" and r * plan.C or 0) + idx
-  end
+local function staged(plan, r, buf, idx)
+  return plan.G[r].size.scratch + (buf == "output" and r * plan.C or 0) + idx
 end
 
 --- Put every chunk range in resccl's terms: in-place aliases become the one
 --- buffer the core keeps in place, indices count parts of chunks, and a TB
 --- of a group keeps its own slice.
 local function normalise(plan)
-  local C, L, coll, staged = plan.C, plan.split, plan.coll, staged_at(plan)
+  local C, L, coll = plan.C, plan.split, plan.coll
   local function place(x)
     if plan.inplace then
-      if coll == "reducescatter" and x.buf ~= "scratch" then return "scratch", staged(x.rank, x.buf, x.idx)
+      if coll == "reducescatter" and x.buf ~= "scratch" then return "scratch", staged(plan, x.rank, x.buf, x.idx)
       elseif coll == "allgather" and x.buf == "input" then return "output", x.rank * C + x.idx
       elseif (coll == "allreduce" or coll == "alltoall") and x.buf == "input" then return "output", x.idx end
     end
@@ -599,7 +597,7 @@ local function normalise(plan)
               local k, g = op.tbg[1], op.tbg[2]
               x.idx, x.n = x.idx + k * n // g, n // g
             end
-            if x.file_buf == "scratch" then -- (not the staged input: staged_at)
+            if x.file_buf == "scratch" then -- (not the staged input: staged)
               local s = scratch[x.rank] or {}
               scratch[x.rank] = s
               local mode, other = x.pkt and "pkt" or "plain", x.pkt and "plain" or "pkt"
@@ -890,13 +888,13 @@ local function transfers(plan, ops)
 
   -- In-place plans address one buffer through both names: the input enters
   -- it first (a copy the core drops for in-place calls), and a reduce-scatter's
-  -- result leaves it last (its buffer is in scratch: staged_at).
-  local CL, staged = C * L, staged_at(plan)
+  -- result leaves it last (its buffer is in scratch: staged).
+  local CL = C * L
   if plan.inplace then
     for r = 0, R - 1 do
       local line = plan.G[r].line
       if plan.coll == "reducescatter" then
-        xfer({ rank = r, buf = "input", idx = 0, n = R * CL }, { rank = r, buf = "scratch", idx = staged(r, "input", 0) * L },
+        xfer({ rank = r, buf = "input", idx = 0, n = R * CL }, { rank = r, buf = "scratch", idx = staged(plan, r, "input", 0) * L },
           "copy", -1, line, "in-place input")
       elseif plan.coll == "allgather" then
         xfer({ rank = r, buf = "input", idx = 0, n = CL }, { rank = r, buf = "output", idx = r * CL }, "copy", -1, line,
@@ -942,7 +940,7 @@ local function transfers(plan, ops)
   end
   if plan.inplace and plan.coll == "reducescatter" then
     for r = 0, R - 1 do
-      xfer({ rank = r, buf = "scratch", idx = staged(r, "output", 0) * L, n = CL }, { rank = r, buf = "output", idx = 0 },
+      xfer({ rank = r, buf = "scratch", idx = staged(plan, r, "output", 0) * L, n = CL }, { rank = r, buf = "output", idx = 0 },
         "copy", 1 << 30, plan.G[r].line, "in-place output")
     end
   end
