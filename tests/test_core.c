@@ -315,6 +315,46 @@ static void test_verify_shifted(void **state) {
   prog_free(p);
 }
 
+/* On GPUs only program order, waits, arrivals and the copy engine's
+   counters and flags order primitives: a plan that loses one of them, or a
+   pull of what its peer writes meanwhile, is refused as a race. */
+static rcStatus verify_race(Program *p, int ranks, const Options *o, int what, Err *e) {
+  Topo *t = topo_flat(ranks);
+  Plan pl;
+  assert_int_equal(compile(&pl, p, t, o, e), RC_OK);
+  int cut = 0;
+  for (int i = 0; i < pl.np && what == 0; i++) cut += pl.p[i].nwaits, pl.p[i].nwaits = 0;
+  for (int c = 0; c < pl.nce && what == 1; c++)
+    if (pl.ce[c].after >= 0) pl.ce[c].after = -1, cut++;
+  for (int i = 0; i < pl.np && what == 2; i++)
+    if (pl.p[i].pull) pl.p[i].rbuf = BUF_OUTPUT, cut++;
+  if (what == 3) pl.ntb[1] = 0, cut++; /* as if rank 1's primitives had all gone */
+  assert_true(cut > 0);
+  rcStatus rc = verify_run(&pl, e);
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+  return rc;
+}
+
+static void test_verify_races(void **state) {
+  (void)state;
+  Err e;
+  Options ce = default_opts, pull = default_opts;
+  ce.ce = 1, pull.pull = 1;
+  assert_int_equal(verify_race(ring_allreduce(4, 0), 4, &default_opts, 0, &e), RC_EVERIFY);
+  assert_non_null(strstr(e.msg, "ring.lua:"));
+  assert_non_null(strstr(e.msg, "nothing orders this"));
+  assert_non_null(strstr(e.msg, "(a race)"));
+  assert_int_equal(verify_race(ring_allreduce(2, 0), 2, &ce, 1, &e), RC_EVERIFY);
+  assert_non_null(strstr(e.msg, "(a race)"));
+  assert_int_equal(verify_race(oneshot_allreduce(2), 2, &pull, 2, &e), RC_EVERIFY);
+  assert_non_null(strstr(e.msg, "output chunk"));
+  assert_non_null(strstr(e.msg, "(a race)"));
+  assert_int_equal(verify_race(oneshot_allreduce(2), 2, &pull, 3, &e), RC_EDEADLOCK);
+  assert_non_null(strstr(e.msg, "rank 1 runs no thread block in a plan that pulls"));
+}
+
 static void test_verify_incomplete(void **state) {
   (void)state;
   Err e;
@@ -658,7 +698,7 @@ int main(void) {
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
-    cmocka_unit_test(test_ce_runs),
+    cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),

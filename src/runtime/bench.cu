@@ -7,7 +7,8 @@
 ** absent (its columns then print '-'). Sizes, counts, algbw and busbw follow
 ** nccl-tests. Inputs come from a formula of (rank, index) whose reductions
 ** are exact in any order; outputs are poisoned before the checked call and
-** compared element by element on the GPU with the formula's result (#wrong).
+** compared element by element on the GPU with the formula's result, and out
+** of place the inputs with what they held (#wrong).
 ** Exit status: 0 all good, 1 a call failed or an element was wrong, 2 usage,
 ** 77 no GPU here (CTest's SKIP_RETURN_CODE).
 */
@@ -295,6 +296,14 @@ __global__ void check_kernel(const T *out, size_t n, Data d, Coll coll, int rank
   if (bad) atomicAdd(wrong, bad);
 }
 
+/* An out-of-place call leaves its input as it was (NCCL's sendbuff is const). */
+template <typename T>
+__global__ void intact_kernel(const T *in, size_t n, Data d, int rank, unsigned long long *wrong) {
+  unsigned long long bad = 0;
+  GRID_STRIDE(i, n) bad += !same_bits(in[i], from_double<T>(value(d, rank, i)));
+  if (bad) atomicAdd(wrong, bad);
+}
+
 static unsigned grid(size_t n) { return (unsigned)(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024); }
 
 template <typename T> static void fill(void *buf, size_t n, Data d, int rank, cudaStream_t s) {
@@ -307,12 +316,18 @@ static void check(const void *out, size_t n, Data d, Coll coll, int rank, size_t
   check_kernel<T><<<grid(n), 256, 0, s>>>((const T *)out, n, d, coll, rank, count, wrong);
 }
 
+template <typename T>
+static void intact(const void *in, size_t n, Data d, int rank, unsigned long long *wrong, cudaStream_t s) {
+  intact_kernel<T><<<grid(n), 256, 0, s>>>((const T *)in, n, d, rank, wrong);
+}
+
 /* The kernels of each resccl_datatype_t, in its order. */
 static const struct {
   void (*fill)(void *, size_t, Data, int, cudaStream_t);
   void (*check)(const void *, size_t, Data, Coll, int, size_t, unsigned long long *, cudaStream_t);
+  void (*intact)(const void *, size_t, Data, int, unsigned long long *, cudaStream_t);
 } kernels[resccl_num_types] = {
-#define K(T) {fill<T>, check<T>}
+#define K(T) {fill<T>, check<T>, intact<T>}
     K(int8_t), K(uint8_t), K(int32_t), K(uint32_t), K(int64_t), K(uint64_t), K(__half), K(float), K(double),
     K(__nv_bfloat16)
 #undef K
@@ -550,7 +565,8 @@ static double time_calls(Bench *b, Launch launch, const Shape &s, int inplace, s
   return worst * 1e3 / b->o.iters / (G ? G : 1);
 }
 
-/* Wrong elements over -c checked resccl calls on every rank; -1 when a call failed. */
+/* Wrong elements (out of place, inputs changed too) over -c checked resccl calls on every rank; -1 when a
+   call failed. */
 static long long count_wrong(Bench *b, const Shape &s, int inplace, std::string *err) {
   long long total = 0;
   for (int c = 0; c < b->o.check; c++) {
@@ -562,6 +578,7 @@ static long long count_wrong(Bench *b, const Shape &s, int inplace, std::string 
       CUDA_CHECK(cudaSetDevice(b->dev[r]));
       CUDA_CHECK(cudaMemsetAsync(b->wrong[r], 0, sizeof *b->wrong[r], b->stream[r]));
       kernels[b->o.dtype].check(rb, s.recv, b->data, b->o.coll, r, s.count, b->wrong[r], b->stream[r]);
+      if (!inplace) kernels[b->o.dtype].intact(sb, s.send, b->data, r, b->wrong[r], b->stream[r]);
       CUDA_CHECK(cudaGetLastError());
     }
     for (int r = 0; r < b->n; r++) {
