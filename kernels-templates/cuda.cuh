@@ -17,7 +17,10 @@
 ** Channels and slices: one TB cannot fill an NVLink bundle, so every TB of
 ** the plan runs as `nblk` blocks, and cuts every tile into `nslice` slices
 ** (a few per block), each with its own FIFOs and flags. Slices never meet,
-** so they are independent copies of the verified plan. A TB's blocks take
+** so they are independent copies of the verified plan: slice s of two
+** ranges is the same elements only where the ranges are the same, so
+** primitives that meet others through different ranges move chunk by chunk
+** (verify.c's Plan.split; a chunk's slices are the same in any call). A TB's blocks take
 ** its units, (entry, micro-batch, slice), in that order from a shared
 ** counter, each after the slice's previous unit is done: blocks that move
 ** faster take more, instead of all waiting for the slowest (on 2xH200 one

@@ -10,7 +10,7 @@
 **   ranks 2
 **   chunks 2                       (chunks per row of `count` elements)
 **   bufchunks 2 2 0                (chunks per rank of input, output, scratch)
-**   fifo-tiles 0                   (tiles a FIFO must hold: 0 = any size works)
+**   fifo-slots 0                   (slots a FIFO must hold: 0 = any number works)
 **   maxcnt 1                       (most chunks one transfer moves)
 **   even 0                         (1: count must split evenly into chunks, as
 **                                   a transfer changes chunk position)
@@ -53,7 +53,7 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
     const Task *k = &pl->dag.t[t];
     even |= k->sidx % C != k->didx % C || (k->op != OP_COPY && k->oidx % C != k->didx % C);
   }
-  buf_printf(out, "fifo-tiles %d\nmaxcnt %d\neven %d\ntbs", pl->buffered ? BUFFERED_TILES : 0, plan_maxcnt(pl), even);
+  buf_printf(out, "fifo-slots %d\nmaxcnt %d\neven %d\ntbs", plan_fifo_slots(pl), plan_maxcnt(pl), even);
   for (int r = 0; r < p->nranks; r++) buf_printf(out, " %d", pl->ntb[r]);
   buf_printf(out, "\nconns %d\n", pl->nconn);
   for (int c = 0; c < pl->nconn; c++) buf_printf(out, "%d %d\n", pl->conn[c].src, pl->conn[c].dst);

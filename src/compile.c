@@ -88,7 +88,7 @@ void plan_free(Plan *pl) {
   sched_free(&pl->sched);
   unlower(pl);
   exec_host_unload(pl);
-  free(pl->nofuse), free(pl->complete);
+  free(pl->nofuse), free(pl->complete), free(pl->split);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -103,6 +103,12 @@ int plan_maxcnt(const Plan *pl) {
   int m = 1;
   for (int t = 0; t < pl->dag.n; t++) m = pl->dag.t[t].cnt > m ? pl->dag.t[t].cnt : m;
   return m;
+}
+
+int plan_fifo_slots(const Plan *pl) {
+  int m = 1;
+  for (int i = 0; i < pl->np && pl->split; i++) m = pl->split[i] && pl->p[i].cnt > m ? pl->p[i].cnt : m;
+  return pl->buffered ? BUFFERED_TILES * m : 0;
 }
 
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n) {

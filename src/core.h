@@ -374,6 +374,8 @@ typedef struct {
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
+  char *split;           /* per primitive: 1 when it meets another through a different chunk range, so that
+                            executors which cut a range into slices move its chunks one at a time (races) */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
   double stage_ms[NSTAGE];
   /* exec_host.c */
@@ -388,6 +390,9 @@ const char *tb_policy_name(TbPolicy t);
 int plan_tbs_max(const Plan *pl);
 /* Most chunks one task moves (at least 1). */
 int plan_maxcnt(const Plan *pl);
+/* Slots a FIFO of a buffered plan holds (0: any number works): two tiles, a
+   slot per primitive's unit, a chunk's where it moves chunk by chunk. */
+int plan_fifo_slots(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 

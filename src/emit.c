@@ -37,6 +37,61 @@ static void call(Buf *b, const char *name, const char *fmt, ...) {
    both ends are emitted from this. */
 static int in_pieces(const Prim *r) { return r->kind == PR_RRC && r->flag < 0; }
 
+/* What primitive i moves of chunks [c, c+n) of its range: one macro. */
+static void emit_move(const Plan *pl, int i, int c, int n, int done, Buf *b) {
+  const Prim *p = &pl->p[i];
+  /* where a put lands (a pulled one's has no receive: the task says) */
+  const Prim *rp = p->direct && p->tout >= 0 && !p->pull ? &pl->p[pl->task_recv[p->tout]] : NULL;
+  int last = rp && in_pieces(rp);
+  switch (p->kind) {
+  case PR_SEND:
+    if (rp) {
+      call(b, "RX_PUT", "iibibiii", p->cout, rp->rank, p->rbuf, p->ridx + c, rp->wbuf, rp->widx + c, n, last);
+    } else {
+      call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx + c, n);
+    }
+    break;
+  case PR_RECV:
+    if (p->pull) call(b, "RX_PULL", "ibibii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
+    else call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx + c, n);
+    break;
+  case PR_RRC:
+    if (p->pull) { /* reduce what the sender's buffer holds with the operand */
+      call(b, "RX_RRC_PULL", "ibibibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c,
+           n, done);
+    } else if (p->ce) { /* reduce into what the copy engine put there (its operand) */
+      call(b, "RX_REDUCE", "bibibiii", p->ubuf, p->uidx + c, p->wbuf, p->widx + c, p->wbuf, p->widx + c, n, done);
+    } else if (p->direct)
+      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, in_pieces(p), done);
+    else
+      call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+    break;
+  case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx + c, n); break;
+  case PR_RRCS:
+    if (p->pull) { /* pull and reduce, then store the result here and where task tout lands */
+      const Task *o = &pl->dag.t[p->tout];
+      call(b, "RX_RRCS_PULL", "ibibibiibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf,
+           p->widx + c, o->dst, o->dbuf, o->didx + c, n, done);
+    } else {
+      call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+    }
+    break;
+  case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx + c, n, done); break;
+  case PR_CS:
+    if (rp) {
+      call(b, "RX_CS_PUT", "iibibibiii", p->cout, rp->rank, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, rp->wbuf, rp->widx + c, n,
+           last);
+    } else {
+      call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
+    }
+    break;
+  case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n); break;
+  default:
+    call(b, "RX_REDUCE", "bibibiii", p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+    break;
+  }
+}
+
 /* One pipeline entry. Task-level, each primitive has its own micro-batch loop,
    except that merged TBs run a group of them in one: `open` starts a loop
    before it, `close` ends one after it, `group` says the loop holds others. */
@@ -62,59 +117,16 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   buf_puts(b, open && !group ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
     call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
-  /* where a put lands (a pulled one's has no receive: the task says) */
-  const Prim *rp = p->direct && p->tout >= 0 && !p->pull ? &pl->p[pl->task_recv[p->tout]] : NULL;
-  int last = rp && in_pieces(rp);
-  switch (p->kind) {
-  case PR_SEND:
-    if (rp) {
-      call(b, "RX_PUT", "iibibiii", p->cout, rp->rank, p->rbuf, p->ridx, rp->wbuf, rp->widx, p->cnt, last);
-    } else {
-      call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx, p->cnt);
-    }
-    break;
-  case PR_RECV:
-    if (p->pull) call(b, "RX_PULL", "ibibii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);
-    else call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx, p->cnt);
-    break;
-  case PR_RRC:
-    if (p->pull) { /* reduce what the sender's buffer holds with the operand */
-      call(b, "RX_RRC_PULL", "ibibibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx,
-           p->cnt, done);
-    } else if (p->ce) { /* the copy engine put it where it is: wait for the copy, reduce into it (its operand) */
-      int f = 0;
-      while (pl->ce[f].task != p->tin) f++;
-      call(b, "RX_CE_WAIT", "i", pl->ce[f].flag);
-      call(b, "RX_REDUCE", "bibibiii", p->ubuf, p->uidx, p->wbuf, p->widx, p->wbuf, p->widx, p->cnt, done);
-    } else if (p->direct)
-      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, in_pieces(p), done);
-    else
-      call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
-    break;
-  case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx, p->cnt); break;
-  case PR_RRCS:
-    if (p->pull) { /* pull and reduce, then store the result here and where task tout lands */
-      const Task *o = &pl->dag.t[p->tout];
-      call(b, "RX_RRCS_PULL", "ibibibiibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf,
-           p->widx, o->dst, o->dbuf, o->didx, p->cnt, done);
-    } else {
-      call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
-    }
-    break;
-  case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx, p->cnt, done); break;
-  case PR_CS:
-    if (rp) {
-      call(b, "RX_CS_PUT", "iibibibiii", p->cout, rp->rank, p->rbuf, p->ridx, p->wbuf, p->widx, rp->wbuf, rp->widx, p->cnt,
-           last);
-    } else {
-      call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt);
-    }
-    break;
-  case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx, p->wbuf, p->widx, p->cnt); break;
-  default:
-    call(b, "RX_REDUCE", "bibibiii", p->rbuf, p->ridx, p->ubuf, p->uidx, p->wbuf, p->widx, p->cnt, done);
-    break;
+  if (p->kind == PR_RRC && p->ce && !p->pull) { /* the copy engine put it where it is: wait for the copy */
+    int f = 0;
+    while (pl->ce[f].task != p->tin) f++;
+    call(b, "RX_CE_WAIT", "i", pl->ce[f].flag);
   }
+  /* a chunk at a time where it meets another primitive through another range (Plan.split) */
+  if (pl->split && pl->split[i])
+    for (int c = 0; c < p->cnt; c++) emit_move(pl, i, c, 1, done, b);
+  else
+    emit_move(pl, i, 0, p->cnt, done, b);
   if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
   if (p->cepost >= 0) call(b, "RX_CE_POST", "i", p->cepost); /* a copy-engine copy waits for it */
   if (close) buf_puts(b, "  }\n");

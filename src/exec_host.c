@@ -54,12 +54,16 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
   /* A buffered plan was verified with FIFOs that hold two tiles (verify.c); a
      tile streams through in slots, its last one maybe part full. */
   size_t per = o->slot_bytes / dtype_size[o->dtype], need = 0, tile = 0;
-  for (int t = 0; t < pl->dag.n && pl->buffered; t++)
-    for (int m = 0; m < o->nmicro && pl->dag.t[t].src != pl->dag.t[t].dst; m++) {
-      size_t lo, n;
-      rx_tile(&run, pl->dag.t[t].didx, pl->dag.t[t].cnt, m, &lo, &n);
-      if (BUFFERED_TILES * ((n + per - 1) / per) > need) need = BUFFERED_TILES * ((n + per - 1) / per), tile = n;
+  for (int t = 0; t < pl->dag.n && pl->buffered; t++) {
+    const Task *k = &pl->dag.t[t];
+    int s = pl->task_send[t], r = pl->task_recv[t], by = (s >= 0 && pl->split[s]) || (r >= 0 && pl->split[r]);
+    for (int m = 0; m < o->nmicro && k->src != k->dst; m++) {
+      size_t lo, n, slots = 0, sum = 0; /* a chunk at a time where it moves so (Plan.split) */
+      for (int c = 0; c < (by ? k->cnt : 1); c++)
+        rx_tile(&run, k->didx + c, by ? 1 : k->cnt, m, &lo, &n), slots += (n + per - 1) / per, sum += n;
+      if (BUFFERED_TILES * slots > need) need = BUFFERED_TILES * slots, tile = sum;
     }
+  }
   Err dl;
   if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
     return err_set(e, RC_EDEADLOCK, "%s (with %d micro-batches; compiled plans are checked with %d)", dl.msg, o->nmicro,

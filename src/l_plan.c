@@ -71,6 +71,9 @@ static int l_plan_report(lua_State *L) {
     l_setint(L, "ce_copies", pl->nce);
     l_setint(L, "pulls", pl->npulls);
     l_setint(L, "pulled_puts", pl->nputs);
+    int split = 0;
+    for (int i = 0; i < pl->np && pl->split; i++) split += pl->split[i];
+    l_setint(L, "by_chunk", split);
     /* reductions that wait for the copy engine and that nothing waits for; pulls that reduce what they
        read; primitives that still send */
     int ends = 0, pred = 0, push = 0;

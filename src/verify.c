@@ -18,7 +18,9 @@
 **    TBs and primitives.
 **    In a plan that pulls, every rank runs a kernel (pulls_served).
 ** 4. Races: what orders primitives on GPUs orders every two accesses of a
-**    location, one a write, as step 1 ran them (see races).
+**    location, one a write, as step 1 ran them (see races); and where GPU
+**    slices of two ranges would not meet, note the primitives that move
+**    chunk by chunk (Plan.split).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +213,7 @@ typedef struct {
   size_t at;            /* location */
   int pos, ev, task;    /* the post-condition's order: the task's position, then the phase */
   uint8_t phase, write;
+  int lo, cnt;          /* the chunk range it is part of, in its buffer */
 } Access;
 
 /* Phases of a task: its source read, a landing write (a put, a copy
@@ -232,7 +235,7 @@ static void touch(Accesses *x, int ev, int task, int phase, int write, int rank,
   for (int c = 0; c < cnt; c++) {
     size_t at = loc(&x->L, x->pl->prog, 0, rank, buf, idx + c);
     if (!x->a) x->off[at + 2]++, x->n++;
-    else x->a[x->off[at + 1]++] = (Access){at, x->pl->sched.pos[task], ev, task, (uint8_t)phase, (uint8_t)write};
+    else x->a[x->off[at + 1]++] = (Access){at, x->pl->sched.pos[task], ev, task, (uint8_t)phase, (uint8_t)write, idx, cnt};
   }
 }
 
@@ -254,8 +257,10 @@ static void prim_accesses(Accesses *x, int i) {
     touch(x, i, p->tin, PH_RECV, 0, r, p->wbuf, p->widx, n);
   if (k == PR_RRC || k == PR_RRCS || k == PR_RRS || k == PR_REDUCE)
     touch(x, i, p->tin, PH_RECV, 0, r, p->ubuf, p->uidx, n);
-  if (k != PR_SEND && k != PR_RRS && !(k == PR_RECV && p->direct))
-    touch(x, i, p->tin, PH_RECV, 1, r, p->wbuf, p->widx, n);
+  /* a direct receive writes too where its put falls back to the FIFO (ranks not called together) */
+  if (k != PR_SEND && k != PR_RRS) touch(x, i, p->tin, PH_RECV, 1, r, p->wbuf, p->widx, n);
+  /* a fused forward sends what it just wrote, as task tout reads it */
+  if (k == PR_RCS || k == PR_RRCS || k == PR_CS) touch(x, i, p->tout, PH_READ, 0, r, p->wbuf, p->widx, n);
 }
 
 static int access_cmp(const void *a, const void *b) {
@@ -378,7 +383,40 @@ static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
   return done < E ? -2 : bad;
 }
 
-static rcStatus races(const Plan *pl, Err *e) {
+/*
+** Slices. The GPU cuts each primitive's chunk range into slices, and flags,
+** FIFOs and a TB's turns order slice s of one primitive only with slice s
+** of another (cuda.cuh): that orders the same elements only where both
+** reach them through the same range. Where two primitives that must be
+** ordered reach a location through different ranges, both move their
+** chunks one at a time (Plan.split: a chunk's slices are the same in every
+** range of one chunk); and so do the other ends of their transfers, and
+** whatever then meets them through a range of several chunks. Copy-engine
+** copies are not sliced: what orders them orders every slice.
+*/
+static int sliced_alike(const Plan *pl, const Access *a, const Access *b) {
+  int np = pl->np, wa = a->cnt == 1 || pl->split[a->ev], wb = b->cnt == 1 || pl->split[b->ev];
+  return a->ev >= np || b->ev >= np || (wa && wb) || (!wa && !wb && a->lo == b->lo && a->cnt == b->cnt);
+}
+
+static void split_ranges(Plan *pl, const Access *x, const int *pair, int npair) {
+  for (int again = 1; again;) {
+    again = 0;
+    for (int k = 0; k < npair; k++) {
+      const Access *a = &x[pair[2 * k]], *b = &x[pair[2 * k + 1]];
+      if (sliced_alike(pl, a, b)) continue;
+      pl->split[a->ev] |= a->cnt > 1, pl->split[b->ev] |= b->cnt > 1, again = 1;
+    }
+    for (int i = 0; i < pl->np; i++) /* both ends of a transfer cut alike */
+      for (int k = 0; k < 2 && pl->split[i]; k++) {
+        int t = k ? pl->p[i].tout : pl->p[i].tin, ends[2] = {t >= 0 ? pl->task_send[t] : -1, t >= 0 ? pl->task_recv[t] : -1};
+        for (int j = 0; j < 2; j++)
+          if (ends[j] >= 0 && !pl->split[ends[j]] && pl->p[ends[j]].cnt > 1) pl->split[ends[j]] = 1, again = 1;
+      }
+  }
+}
+
+static rcStatus races(Plan *pl, Err *e) {
   const Program *p = pl->prog;
   int np = pl->np;
   Accesses x = {pl, {0, {0}}, NULL, NULL, 0};
@@ -406,10 +444,15 @@ static rcStatus races(const Plan *pl, Err *e) {
      write after the reads since (earlier ones follow by transitivity). What
      one step orders is settled here, the rest by far_unmet. */
   Need *nd = NULL;
-  int nn = 0, cap = 0;
-#define NEED(i, j)                                                                                            \
-  do {                                                                                                        \
-    if (x.a[i].ev != x.a[j].ev && !before_near(&v, x.a[i].ev, x.a[j].ev)) VEC_PUSH(nd, nn, cap, ((Need){i, j, x.a[j].ev})); \
+  int nn = 0, cap = 0, *pair = NULL, npair = 0, cappair = 0;
+#define NEED(i, j)                                                                                   \
+  do {                                                                                               \
+    if (x.a[i].ev == x.a[j].ev) break;                                                               \
+    if (x.a[i].cnt > 1 || x.a[j].cnt > 1) {                                                          \
+      VEC_PUSH(pair, npair, cappair, i);                                                             \
+      VEC_PUSH(pair, npair, cappair, j);                                                             \
+    }                                                                                                \
+    if (!before_near(&v, x.a[i].ev, x.a[j].ev)) VEC_PUSH(nd, nn, cap, ((Need){i, j, x.a[j].ev}));     \
   } while (0)
   for (int lo = 0, hi; lo < x.n; lo = hi) {
     int w = -1, rd = lo;
@@ -422,6 +465,10 @@ static rcStatus races(const Plan *pl, Err *e) {
     }
   }
 #undef NEED
+  free(pl->split);
+  pl->split = xcalloc((size_t)np + 1, 1);
+  split_ranges(pl, x.a, pair, npair / 2);
+  free(pair);
   if (nn) qsort(nd, (size_t)nn, sizeof *nd, need_cmp);
   int bad = nn ? far_unmet(&v, x.a, nd, nn) : -1;
   rcStatus rc = RC_OK;

@@ -355,6 +355,45 @@ static void test_verify_races(void **state) {
   assert_non_null(strstr(e.msg, "rank 1 runs no thread block in a plan that pulls"));
 }
 
+/* A GPU cuts each primitive's chunk range into slices and orders slice s of
+   one only with slice s of another: where ranges differ, both ends of the
+   transfer move a chunk at a time. Here each rank puts its two input chunks
+   into the peer's scratch in one transfer, which copies them out one each. */
+static void test_verify_split(void **state) {
+  (void)state;
+  Err e;
+  Program *p = prog_new("split_ag", COLL_ALLGATHER, 2, 2, 2);
+  prog_file(p, "split.lua");
+  for (int r = 0; r < 2; r++) {
+    addn(p, r, BUF_INPUT, 0, r, BUF_OUTPUT, 2 * r, 2, OP_COPY, 0);
+    addn(p, r, BUF_INPUT, 0, 1 - r, BUF_SCRATCH, 0, 2, OP_COPY, 0);
+    for (int c = 0; c < 2; c++) add(p, 1 - r, BUF_SCRATCH, c, 1 - r, BUF_OUTPUT, 2 * r + c, OP_COPY, 1);
+  }
+  Topo *t = topo_flat(2);
+  Plan pl;
+  Options o = default_opts;
+  o.fuse = FUSE_NEVER;
+  assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+  int split = 0;
+  for (int i = 0; i < pl.np; i++) {
+    const Prim *q = &pl.p[i];
+    int crosses = q->kind == PR_SEND || q->kind == PR_RECV; /* the two-chunk transfers' ends, and nothing else */
+    assert_int_equal(pl.split[i], crosses);
+    split += pl.split[i];
+  }
+  assert_int_equal(split, 4);
+  Buf b;
+  buf_init(&b);
+  assert_int_equal(emit_program(&pl, EMIT_HOST, &b, &e), RC_OK);
+  assert_non_null(strstr(b.s, "RX_PUT(0, 1, RX_INPUT, 0, RX_SCRATCH, 0, 1, 0);\n    RX_PUT(0, 1, RX_INPUT, 1, RX_SCRATCH, 1, 1, 0);"));
+  assert_non_null(strstr(b.s, "RX_RECV_PUT(1, RX_SCRATCH, 0, 1);\n    RX_RECV_PUT(1, RX_SCRATCH, 1, 1);"));
+  assert_non_null(strstr(b.s, "RX_COPY(RX_INPUT, 0, RX_OUTPUT, 0, 2);"));
+  buf_free(&b);
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
 static void test_verify_incomplete(void **state) {
   (void)state;
   Err e;
@@ -698,7 +737,7 @@ int main(void) {
     cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
-    cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),
+    cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),       cmocka_unit_test(test_verify_split),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),

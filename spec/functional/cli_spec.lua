@@ -283,6 +283,29 @@ describe("bad input", function()
     assert.matches("exec%s+FAILED: merged TBs need FIFOs of two tiles", out)
   end)
 
+  it("moves chunk by chunk where ranges meet differently, FIFOs of merged TBs sized for it", function()
+    local code, out = h.cli { "compile", "spec/fixtures/ranges_ag.lua", "--json" }
+    assert.equal(0, code, out)
+    assert.equal(4, cjson.decode(out).by_chunk) -- each put and its receive, on both ranks
+    code, out = h.cli { "compile", "spec/fixtures/ranges_ag.lua", "--emit", "host" }
+    assert.matches("RX_PUT%(0, 1, RX_INPUT, 0, RX_SCRATCH, 0, 1, 0%);\n    RX_PUT%(0, 1, RX_INPUT, 1, RX_SCRATCH, 1, 1, 0%);",
+      out)
+    assert.matches("RX_COPY%(RX_INPUT, 0, RX_OUTPUT, 0, 2%);", out) -- met by nothing else: whole
+    local plan = os.tmpname()
+    code, out = h.cli { "compile", "spec/fixtures/ranges_ag.lua", "--tb", "merge", "--plan", plan }
+    assert.equal(0, code, out)
+    local f = assert(io.open(plan, "rb"))
+    local text = f:read "a"
+    f:close()
+    os.remove(plan)
+    assert.matches("\nfifo%-slots 4\n", text) -- two tiles of two chunks' slots
+    for _, tb in ipairs { "state", "merge" } do
+      code, out = h.cli { "run", "spec/fixtures/ranges_ag.lua", "--tb", tb, "count=4100", "nmicro=3" }
+      assert.equal(0, code, out)
+      assert.matches("exec inplace f32 sum count=4100 nmicro=3: max error 0, 0 wrong", out)
+    end
+  end)
+
   it("finds a deadlock of hand-placed TBs that takes micro-batches to build up", function()
     -- task-level, rank 1 sends its whole chain to rank 2 before taking it back; two tiles of FIFO last 4 micro-batches
     local code, out = h.cli { "verify", "spec/fixtures/fused_twice.lua", "ranks=3", "--tb", "manual" }

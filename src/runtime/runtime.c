@@ -138,7 +138,8 @@ enum { MAXDEV = 64, CE_INTS = 9 };
 
 /* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
 typedef struct {
-  int inplace, nranks, chunks, bufchunks[3], fifo_tiles, maxcnt, even, nconn, nflags;
+  int inplace, nranks, chunks, bufchunks[3], fifo_slots, maxcnt, even, nconn, nflags;
+  int nslots;         /* FIFO slots: RESCCL_SLOTS, or more where the plan needs them */
   int nblk, nslice;   /* blocks per TB, slices of a tile */
   int *ntb, *csrc, *cdst, *flag_rank;
   int blockless;      /* no rank has a TB: the copy engine makes every copy */
@@ -403,7 +404,7 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
   if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
   v->inplace = !strcmp(placement, "in-place");
   if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
-      !read_ints(f, "bufchunks", v->bufchunks, 3) || !read_ints(f, "fifo-tiles", &v->fifo_tiles, 1) ||
+      !read_ints(f, "bufchunks", v->bufchunks, 3) || !read_ints(f, "fifo-slots", &v->fifo_slots, 1) ||
       !read_ints(f, "maxcnt", &v->maxcnt, 1) || !read_ints(f, "even", &v->even, 1))
     BAD("sizes");
   if (v->nranks < 1 || v->nranks > 1 << 16 || v->chunks < 1 || v->maxcnt < 1) BAD("sizes");
@@ -577,10 +578,8 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
 
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
-  if (v->fifo_tiles > cf->nslots)
-    return rt_fail(resccl_invalid_usage, "the plan's %s form needs FIFOs of %d slots (it was verified with "
-                   "connections that hold %d tiles): raise RESCCL_SLOTS", v->inplace ? "in-place" : "out-of-place",
-                   v->fifo_tiles, v->fifo_tiles);
+  /* A plan verified with connections that hold two tiles (--tb merge, hand-placed TBs) gets the slots for them. */
+  v->nslots = v->fifo_slots > cf->nslots ? v->fifo_slots : cf->nslots;
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
      10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
      copies: what is left to the blocks then reduces, and a ring all-reduce
@@ -628,7 +627,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   for (int i = 0; i < nf; i++) {
     struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)cf->nslots * cf->slot_bytes, &ld[dst->d]));
+    TRY(dev_alloc(v, &fifo[i].slots, (size_t)v->nslots * cf->slot_bytes, &ld[dst->d]));
     TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), &ld[dst->d]));
     TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long), &ld[dst->d]));
     CU(cudaSetDevice(src->cudev));
@@ -639,7 +638,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
   RxRun run;
   memset(&run, 0, sizeof run);
-  run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = cf->nslots, run.nslice = V, run.nblk = K;
+  run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = v->nslots, run.nslice = V, run.nblk = K;
   run.slot_bytes = cf->slot_bytes;
   for (int r = 0; r < v->nranks; r++) run.first[r + 1] = run.first[r] + v->ntb[r] * K;
   for (int r = 0; r < v->nranks; r++) {
