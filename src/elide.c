@@ -224,9 +224,11 @@ void elide_copies(const Program *p, Task *t, int *n, int manual) {
   forward(&L, nloc, t, *n, drop);
   fold(&L, nloc, t, *n, drop);
   if (!manual) fold_reductions(&L, nloc, t, *n, drop); /* it would move work between hand-placed TBs */
+  /* A copy that now reads the place it writes (in place, a fold into what
+     its writer read) does nothing, as prog_tasks drops such copies. */
   int m = 0;
   for (int i = 0; i < *n; i++)
-    if (!drop[i]) t[m++] = t[i];
+    if (!drop[i] && !(is_copy(&t[i]) && t[i].sbuf == t[i].dbuf && t[i].sidx == t[i].didx)) t[m++] = t[i];
   *n = m;
   free(drop);
 }

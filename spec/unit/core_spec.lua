@@ -211,6 +211,20 @@ describe("copy elision", function()
     assert.matches("t0 r0%->r0 input%[0%+2%] %-> output%[0%]", plan:dump "dag")
     assert.equal(0, assert(plan:exec { count = 64 }).wrong)
   end)
+
+  it("drops a copy that a fold leaves reading the place it writes (in place)", function()
+    -- rank 1 stages its input in scratch and copies it to output chunk 1, its input in place: the fold
+    -- makes the staging copy write where it reads, which nothing orders before the send of that chunk
+    local p = core.program { name = "stage", collective = "allgather", ranks = 2, chunks = 1, file = "s.lua", line = 1 }
+    p:xfer(0, "input", 0, 1, "output", 0, 1, "copy", -1, "s.lua:2")
+    p:xfer(0, "input", 0, 0, "output", 0, 1, "copy", -1, "s.lua:3")
+    p:xfer(1, "input", 0, 1, "scratch", 0, 1, "copy", -1, "s.lua:4")
+    p:xfer(1, "scratch", 0, 1, "output", 1, 1, "copy", -1, "s.lua:5")
+    p:xfer(1, "input", 0, 0, "output", 1, 1, "copy", -1, "s.lua:6")
+    local plan = assert(core.compile(p, core.topo_flat(2), { inplace = true }))
+    assert.not_matches("r1%->r1", plan:dump "dag")
+    assert.equal(0, assert(plan:exec { count = 4099, nmicro = 3 }).wrong)
+  end)
 end)
 
 describe("direct sends", function()
