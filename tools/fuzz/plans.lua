@@ -38,7 +38,7 @@
 --   lua5.4 tools/fuzz/plans.lua --show 1234         print seed 1234's program
 --   lua5.4 tools/fuzz/plans.lua --file ALG.lua      the options matrix on one algorithm file (a repro;
 --                                                  --topo SPEC for its topology)
--- Other flags: --exec P (run a share P of the distinct plans, at random: compiling is cheap, running
+-- Exit status 1 when a run of several seeds found a failure. Other flags: --exec P (run a share P of the distinct plans, at random: compiling is cheap, running
 -- is not, the executor compiles the emitted C), --no-exec, --repro DIR (default /tmp/fz/repro),
 -- --no-shrink, --inline (no child process). A failure prints its seed; `--seeds N -v` (with the
 -- same --exec) runs that case again, alone.
@@ -250,6 +250,16 @@ end
 -- Per collective: add(fn) adds a job, fn(J) records its transfers.
 local BUILD = {}
 
+-- Jobs that broadcast the hub's output runs `list` to every rank, after every other job.
+local function from_hub(add, hub, list)
+  for _, s in ipairs(list) do
+    add(function(J)
+      coroutine.yield "after"
+      bcast(J, ref(hub, "output", s.i, s.n), function(p) return ref(p, "output", s.i, s.n) end)
+    end)
+  end
+end
+
 function BUILD.allgather(g, add)
   local R, C = g.R, g.C
   local hub = g.k.style == 1 and g.rng:int(0, R - 1)
@@ -263,12 +273,7 @@ function BUILD.allgather(g, add)
       end
     end
   end
-  for _, s in ipairs(hub and runs(g, R * C, 2 * C) or {}) do -- the hub's output, in runs across blocks
-    add(function(J)
-      coroutine.yield "after"
-      bcast(J, ref(hub, "output", s.i, s.n), function(p) return ref(p, "output", s.i, s.n) end)
-    end)
-  end
+  if hub then from_hub(add, hub, runs(g, R * C, 2 * C)) end -- the hub's output, in runs across blocks
 end
 
 function BUILD.reducescatter(g, add)
@@ -310,12 +315,7 @@ function BUILD.allreduce(g, add)
       end)
     end
   end
-  for _, s in ipairs(hub and runs(g, C) or {}) do
-    add(function(J)
-      coroutine.yield "after"
-      bcast(J, ref(hub, "output", s.i, s.n), function(p) return ref(p, "output", s.i, s.n) end)
-    end)
-  end
+  if hub then from_hub(add, hub, runs(g, C)) end
 end
 
 function BUILD.alltoall(g, add)
@@ -1207,6 +1207,7 @@ local function supervise(opt)
     print(("%dx %s\n   options: %s\n   seeds: %s\n   e.g. %s"):format(gr.n, key, table.concat(opts, "; "),
       table.concat(gr.seeds, " "), gr.msg))
   end
+  return (total.failures or 0) == 0
 end
 
 --- The options matrix on an algorithm file (in place too unless it says inplace = false).
@@ -1239,6 +1240,6 @@ elseif opt.file then
   run_file(opt)
 elseif opt.child or opt.inline or opt.lo == opt.hi then
   run_seeds(opt)
-else
-  supervise(opt)
+elseif not supervise(opt) then
+  os.exit(1) -- a failure: CTest's fuzz_plans and scripts see it
 end
