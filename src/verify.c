@@ -211,8 +211,8 @@ static rcStatus conn_order(const Plan *pl, Err *e) {
 */
 typedef struct {
   size_t at;            /* location */
-  int pos, ev, task;    /* the post-condition's order: the task's position, then the phase */
-  uint8_t phase, write;
+  int pos, ev, task;    /* the task's position in the post-condition's order, the event, the task */
+  uint8_t phase, write; /* phase: the order within a task (PH_*) */
   int lo, cnt;          /* the chunk range it is part of, in its buffer */
 } Access;
 
