@@ -22,8 +22,9 @@ typedef unsigned long long uint64_t;
 #endif
 
 /* The plan file's version (src/artifact.c): its kernel source follows this
-   file, so it changes whenever this file's structures do. */
-#define RX_PLAN_VERSION 7
+   file, so it changes whenever this file's structures do, or the plan
+   file's header (8: fifo-slots). */
+#define RX_PLAN_VERSION 8
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */

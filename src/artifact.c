@@ -3,7 +3,7 @@
 ** one section per placement, each a few lines of numbers then the emitted
 ** CUDA source. Text, so a person can read what the runtime will set up:
 **
-**   resccl-plan 7                  (RX_PLAN_VERSION, kernels-templates/cuda_abi.h)
+**   resccl-plan 8                  (RX_PLAN_VERSION, kernels-templates/cuda_abi.h)
 **   name allreduce_ring
 **   collective allreduce
 **   placement out-of-place         (or in-place)
