@@ -10,9 +10,11 @@
 ** publishes data after a system-scope fence (a count of what was read needs
 ** none, see rx_pop). Flags order primitives of one rank
 ** that sit on different TBs. Every TB of a launch must be resident at once.
-** Primitives, TB bodies and the data movers (one per dtype) are not
-** inlined: a tile is large, a call is cheap, and a program stays quick to
-** compile (inlined movers took NVRTC three times as long).
+** Primitives, TB bodies, the data movers (one per dtype), waits, posts and
+** the trace are not inlined: a tile is large, a call is cheap, and a program
+** stays quick to compile (inlined movers took NVRTC three times as long;
+** waits and posts inlined in every TB body, 2.6 times as long on an 8-rank
+** ring all-reduce, for no speed).
 **
 ** Channels and slices: one TB cannot fill an NVLink bundle, so every TB of
 ** the plan runs as `nblk` blocks, and cuts every tile into `nslice` slices
@@ -94,7 +96,7 @@ __device__ static inline unsigned long long rx_clock_ns(void) {
 }
 
 /* Thread 0, with RESCCL_TRACE: one event of this block, begun at t0. */
-__device__ static inline void rx_trace(const RxCtx *x, int kind, unsigned long long t0) {
+__device__ static __noinline__ void rx_trace(const RxCtx *x, int kind, unsigned long long t0) {
   unsigned long long *t = x->run->trace;
   if (!t || threadIdx.x) return;
   t += (size_t)blockIdx.x * RX_TRACE_WORDS;
@@ -400,7 +402,7 @@ __device__ static inline void rx_move(const RxArgs *r, char *out, const char *op
   }
 }
 
-__device__ static inline void rx_wait(RxCtx *x, int f, int m) {
+__device__ static __noinline__ void rx_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0, want = x->base + (unsigned)m + 1;
   unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
   if (threadIdx.x == 0)
@@ -412,7 +414,7 @@ __device__ static inline void rx_wait(RxCtx *x, int f, int m) {
 
 /* Wait until the copy engine has put micro-batch m of the copy with flag f
    (tballoc.c's offload): its stream posts m + 1 after each. */
-__device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
+__device__ static __noinline__ void rx_ce_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0;
   unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
   if (threadIdx.x == 0) {
@@ -424,7 +426,7 @@ __device__ static inline void rx_ce_wait(RxCtx *x, int f, int m) {
   __syncthreads();
 }
 
-__device__ static inline void rx_post(RxCtx *x, int f, int m) {
+__device__ static __noinline__ void rx_post(RxCtx *x, int f, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     rx_fence_gpu();
@@ -436,7 +438,7 @@ __device__ static inline void rx_post(RxCtx *x, int f, int m) {
    reads: count it on counter k; the copy stream waits until every slice is
    counted. The system fence puts the writes before the count for the copy
    engine. Posted even after a wait gave up, so the copy stream ends too. */
-__device__ static inline void rx_ce_post(RxCtx *x, int k, int m) {
+__device__ static __noinline__ void rx_ce_post(RxCtx *x, int k, int m) {
   __syncthreads();
   if (threadIdx.x == 0) {
     rx_fence_sys();

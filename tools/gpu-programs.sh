@@ -5,19 +5,19 @@
 #   tools/gpu-programs.sh DIR [resccl run arguments...]
 # The programs come from anywhere, e.g. random correct collectives:
 #   for s in $(seq 1 200); do lua5.4 tools/fuzz/plans.lua --show $s > out/fz/s$s.lua; done
-# Env: BIN (build-gpu/resccl), LIMIT (seconds a run may take, 120), COUNT (1441440:
-# whole chunks for up to 16 ranks and 24 chunks a block). A stuck collective
-# reports itself after RESCCL_TIMEOUT (30000 ms here).
+# Env: BIN (build-gpu/resccl), LIMIT (seconds a run may take, 120: NVRTC
+# builds a kernel per placement, 10-20 s each for such programs on the H200
+# machine), COUNT (1441440: whole chunks for up to 16 ranks and 24 chunks a
+# block), TIMEOUT_MS (10000: a stuck collective reports itself after it).
 set -u
 dir=${1:?usage: tools/gpu-programs.sh DIR [resccl run arguments...]}
 shift
 bin=${BIN:-build-gpu/resccl}
-export RESCCL_TIMEOUT=${RESCCL_TIMEOUT:-30000}
 pass=0 bad=0
 for f in "$dir"/*.lua; do
   for tb in state merge; do
     out=$(timeout -k 5 "${LIMIT:-120}" stdbuf -oL -eL "$bin" run "$f" ndev=1 count="${COUNT:-1441440}" nmicro=3 \
-      iters=2 --tb "$tb" --gpu "$@" 2>&1)
+      iters=2 timeout_ms="${TIMEOUT_MS:-10000}" --tb "$tb" --gpu "$@" 2>&1)
     rc=$?
     if [ $rc = 0 ]; then
       pass=$((pass + 1))

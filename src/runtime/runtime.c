@@ -17,6 +17,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +167,8 @@ typedef struct {
     unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
     RxBlock *block;   /* the launch's blocks, in its memory (RxArgs.block) */
     RxBlock *tab;     /* host copy of their tables, for the trace */
+    char *cubin;      /* its kernel, from build_kernels until loaded */
+    size_t ncubin;
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
@@ -371,7 +374,7 @@ static void variant_free(Group *g, Variant *v) {
     for (int e = 0; g && v->dev[d].ce && e < g->ndevs; e++)
       if (v->dev[d].ce[e]) cudaStreamDestroy(v->dev[d].ce[e]), cudaEventDestroy(v->dev[d].ce_done[e]);
     if (v->dev[d].start) cudaEventDestroy(v->dev[d].start);
-    free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done);
+    free(v->dev[d].cubin), free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done);
   }
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
@@ -532,7 +535,8 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
   int nopt = 5;
   for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
     opts[nopt++] = tok;
-  double t0 = (double)clock();
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   nvrtcResult rc = nvrtcCompileProgram(prog, nopt, opts);
   if (rc != NVRTC_SUCCESS) {
     size_t ln = 0;
@@ -548,11 +552,12 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
   *cubin = malloc(*n);
   nvrtcGetCUBIN(prog, *cubin);
   nvrtcDestroyProgram(&prog);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
-       ((double)clock() - t0) * 1e3 / CLOCKS_PER_SEC);
+       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
   if (*cached) { /* into the cache atomically: write aside, rename */
     char tmp[720];
-    snprintf(tmp, sizeof tmp, "%s.%d", cached, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s.%d.%lx", cached, (int)getpid(), (unsigned long)pthread_self());
     FILE *f = fopen(tmp, "wb");
     if (f && fwrite(*cubin, 1, *n, f) == *n && fclose(f) == 0) rename(tmp, cached);
     else if (f) fclose(f), remove(tmp);
@@ -664,15 +669,10 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
     CU(cudaFree(0)); /* the primary context, current for the driver API */
-    int major = 0, minor = 0, sms = 0;
-    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->dev[d]));
-    CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->dev[d]));
+    int sms = 0;
     CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g->dev[d]));
-    char *cubin;
-    size_t n;
-    TRY(rt_cubin(v->src, major * 10 + minor, cf->threads, &cubin, &n));
-    CUresult cr = drv.load(&v->dev[d].mod, cubin);
-    free(cubin);
+    CUresult cr = drv.load(&v->dev[d].mod, v->dev[d].cubin);
+    free(v->dev[d].cubin), v->dev[d].cubin = NULL;
     CUDRV(cr);
     CUDRV(drv.function(&v->dev[d].fn, v->dev[d].mod, "rx_kernel"));
     /* Blocks: every TB of every rank on this GPU, K times. */
@@ -789,6 +789,69 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   return rc;
 }
 
+/* One kernel to build: a placement's for one GPU arch. */
+typedef struct {
+  const char *src;
+  int arch, threads;
+  char *cubin;
+  size_t n;
+  resccl_result_t rc;
+  char err[sizeof last_error]; /* rt_fail's message, from the building thread's own */
+} Build;
+
+static void *build_one(void *arg) {
+  Build *b = arg;
+  b->rc = rt_cubin(b->src, b->arch, b->threads, &b->cubin, &b->n);
+  if (b->rc != resccl_success) snprintf(b->err, sizeof b->err, "%s", last_error);
+  return NULL;
+}
+
+/* Build them all at once, a thread each: NVRTC takes seconds a kernel,
+   single-threaded, and a plan file has up to six placements and forms. */
+static void build_all(Build *b, int n) {
+  pthread_t th[6 * MAXDEV];
+  int up[6 * MAXDEV] = {0}; /* a thread runs it; else it ran here */
+  for (int i = 0; i < n; i++)
+    if (!(up[i] = pthread_create(&th[i], NULL, build_one, &b[i]) == 0)) build_one(&b[i]);
+  for (int i = 0; i < n; i++)
+    if (up[i]) pthread_join(th[i], NULL);
+}
+
+/* Every placement's kernel for every GPU arch of the group (Variant.dev[d].cubin),
+   built at once. */
+static resccl_result_t build_kernels(Group *g, RtPlan *p) {
+  int arch[MAXDEV], narch = 0, at[MAXDEV];
+  for (int d = 0; d < g->ndevs; d++) {
+    int major = 0, minor = 0;
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->dev[d]));
+    CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->dev[d]));
+    for (at[d] = 0; at[d] < narch && arch[at[d]] != major * 10 + minor; at[d]++) {
+    }
+    if (at[d] == narch) arch[narch++] = major * 10 + minor;
+  }
+  Build *b = calloc(6 * (size_t)narch, sizeof *b);
+  if (!b) return rt_fail(resccl_system_error, "out of memory");
+  int nb = 0;
+  for (int i = 0; i < 6; i++)
+    for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
+      b[nb++] = (Build){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads};
+  build_all(b, nb);
+  resccl_result_t rc = resccl_success;
+  for (int i = 0, j = 0; i < 6; i++)
+    for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
+      Variant *v = p->v[i / 3][i % 3];
+      if (b[j].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[j].rc, "%s", b[j].err);
+      for (int d = 0; d < g->ndevs && b[j].rc == resccl_success; d++)
+        if (at[d] == k && !(v->dev[d].cubin = malloc(b[j].n)))
+          rc = rt_fail(resccl_system_error, "out of memory");
+        else if (at[d] == k)
+          memcpy(v->dev[d].cubin, b[j].cubin, b[j].n), v->dev[d].ncubin = b[j].n;
+      free(b[j].cubin);
+    }
+  free(b);
+  return rc;
+}
+
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   Group *g = comm->g;
   FILE *f = fopen(path, "rb");
@@ -825,6 +888,7 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
       rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
                    "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
   if (!p->conf.threads) p->conf.threads = RT_THREADS;
+  if (rc == resccl_success) rc = build_kernels(g, p);
   for (int i = 0; i < 6 && rc == resccl_success; i++)
     if (p->v[i / 3][i % 3]) rc = variant_setup(g, p->v[i / 3][i % 3], &p->conf);
   if (rc != resccl_success) return plan_unload(g, p), rc;
@@ -853,18 +917,20 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan p;
-  Variant *v;
+  Variant *v[6];
+  Build *b = calloc(6, sizeof *b);
+  if (!b) return fclose(f), rt_fail(resccl_system_error, "out of memory");
   resccl_result_t rc;
   int n = 0;
-  while ((rc = read_variant(f, path, &p, &v)) == resccl_success && v) {
-    char *cubin;
-    size_t len;
-    rc = rt_cubin(v->src, arch, threads ? threads : RT_THREADS, &cubin, &len);
-    variant_free(NULL, v);
-    if (rc != resccl_success) break;
-    free(cubin), n++;
-  }
+  while (n < 6 && (rc = read_variant(f, path, &p, &v[n])) == resccl_success && v[n])
+    b[n] = (Build){.src = v[n]->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
   fclose(f);
+  if (rc == resccl_success) build_all(b, n);
+  for (int i = 0; i < n; i++) {
+    if (b[i].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[i].rc, "%s", b[i].err);
+    free(b[i].cubin), variant_free(NULL, v[i]);
+  }
+  free(b);
   return rc == resccl_success && n == 0 ? rt_fail(resccl_invalid_argument, "%s: no plan in the file", path) : rc;
 }
 
