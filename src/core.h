@@ -562,6 +562,8 @@ typedef struct {
 } GpuOpts;
 
 rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResult *r, Err *e);
+/* GPUs the runtime (libresccl) sees; 0 where it is not built or sees none. */
+int exec_gpu_count(void);
 
 /* ---------------------------------------------------------------- data.c */
 

@@ -43,6 +43,16 @@ static void *open_runtime(char *why, size_t n) {
   return dl;
 }
 
+int exec_gpu_count(void) {
+  char why[600];
+  void *dl = open_runtime(why, sizeof why);
+  if (!dl) return 0;
+  int (*count)(void) = (int (*)(void))dlsym(dl, "resccl_x_gpu_count");
+  int n = count ? count() : 0;
+  dlclose(dl);
+  return n;
+}
+
 rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResult *res, Err *e) {
   const Program *p = pl->prog;
   int R = p->nranks;

@@ -200,6 +200,8 @@ static int l_name(lua_State *L, const Names *nm) {
 }
 
 static int l_dtype(lua_State *L) { return l_name(L, &dtypes); }
+/* resccl.gpus() -> GPUs plan:exec{gpu = true} can use (0: none, or no GPU runtime) */
+static int l_gpus(lua_State *L) { return lua_pushinteger(L, exec_gpu_count()), 1; }
 static int l_redop(lua_State *L) { return l_name(L, &redops); }
 
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=, direct=,
@@ -358,7 +360,8 @@ void l_plan_open(lua_State *L) {
                                      {"artifact", l_plan_artifact}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {{"compile", l_compile}, {"dtype", l_dtype}, {"redop", l_redop}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"compile", l_compile}, {"dtype", l_dtype}, {"redop", l_redop}, {"gpus", l_gpus},
+                                    {NULL, NULL}};
   l_newclass(L, PLAN_MT, meta, methods);
   l_newclass(L, SCHEDULE_MT, smeta, smethods);
   luaL_setfuncs(L, funcs, 0);

@@ -64,9 +64,11 @@ options (each command refuses those it does not use):
   --emit host|cuda       print the emitted program (compile)
   --plan FILE            compile: write the plan the GPU runtime loads
                          (libresccl's resccl_plan_load), every placement
-  --gpu                  run: execute the emitted CUDA on the GPUs (ndev=N spreads
+  --gpu, --host          run: execute the emitted CUDA on the GPUs (ndev=N spreads
                          the ranks over N GPUs, iters=N timed runs, channels=K
-                         blocks per TB)
+                         blocks per TB), or the emitted C on the host executor;
+                         by default on the GPUs where libresccl sees one
+                         (RESCCL_RUN=gpu|host changes that default)
   -o, --output FILE      import: write the ReSCCLang program there
   --msccl-xml FILE       export: write the MSCCL XML there ('-' = stdout)
   --version              print the version
@@ -162,7 +164,7 @@ takes("run compile verify import export sim bench", { "--sched", "--tb", "--orde
 takes("run compile verify import export sim", { "--json" })
 takes("compile", { "--dump", "--stop-after", "--emit", "--plan" })
 takes("compile export sim", { "--inplace" })
-takes("run", { "--gpu" })
+takes("run", { "--gpu", "--host" })
 takes("import", { "-o", "--output" })
 takes("export", { "--msccl-xml" })
 takes("sim", { "--size", "--tile", "--sweep", "--baseline", "--channels", "--depth", "--trace", "--svg" })
@@ -207,7 +209,7 @@ local function parse(argv)
     elseif a == "--pull" then o.pull = true
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
-    elseif a == "--gpu" then o.gpu = true
+    elseif a == "--gpu" or a == "--host" then o.gpu = a == "--gpu"
     elseif a == "-o" or a == "--output" then o.output = value(a)
     elseif a == "--msccl-xml" then o.msccl_xml = value(a)
     elseif a == "--plan" then o.plan = value(a)
@@ -420,7 +422,16 @@ end
 
 -- -------------------------------------------------------------------- run
 
+-- Where `run` executes: --gpu or --host, else RESCCL_RUN, else on the GPUs
+-- where the GPU runtime sees one, as the collective would run there.
 function M.run(o)
+  local env = os.getenv "RESCCL_RUN" or ""
+  if o.gpu == nil and env ~= "" then
+    if env ~= "gpu" and env ~= "host" then return usage_error(("RESCCL_RUN=%s: gpu or host expected"):format(env)) end
+    o.gpu = env == "gpu"
+  elseif o.gpu == nil then
+    o.gpu = core.gpus() > 0
+  end
   local alg, prog, topo = build(o)
   local p, t = prog:info(), topo:info()
   local plan, err = resccl.compile(prog, topo, compile_opts(o, false))

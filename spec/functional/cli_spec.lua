@@ -60,6 +60,20 @@ describe("resccl", function()
     assert.matches("%-%-ce has no MSCCL form", err)
   end)
 
+  it("runs on the host executor with --host, whatever RESCCL_RUN says; refuses a RESCCL_RUN it does not know", function()
+    local code, out = h.cli({ "run", "algorithms/allgather_ring.lua", "ranks=3", "--host" }, "RESCCL_RUN=gpu")
+    assert.equal(0, code)
+    assert.matches("exec%s+f32 sum count=%d+ nmicro=4: max error 0, 0 wrong %(", out) -- no "GPU xN"
+    local err
+    code, out, err = h.cli({ "run", "algorithms/allgather_ring.lua" }, "RESCCL_RUN=cpu")
+    assert.equal(2, code)
+    assert.equal("", out)
+    assert.matches("RESCCL_RUN=cpu: gpu or host expected", err)
+    code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "--host" }
+    assert.equal(2, code)
+    assert.matches("%-%-host is an option of run, not of compile", err)
+  end)
+
   it("writes plan files with each placement's copy-engine and pulling forms where they differ", function()
     local path = os.tmpname()
     local function sections(args)

@@ -2,7 +2,8 @@
 ** job.c — the executor behind `resccl run --gpu`, inside libresccl: run one
 ** plan once through the public API on buffers the caller filled, hand the
 ** results back for checking, then time `iters` more calls. exec_gpu.c
-** loads this library and calls resccl_x_run_job.
+** loads this library and calls resccl_x_run_job (and resccl_x_gpu_count,
+** to choose where `resccl run` runs).
 */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -48,6 +49,12 @@ static resccl_result_t call_all(const RxGpuJob *j, resccl_comm_t *comm, char **b
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* GPUs CUDA sees here; 0 where there is none or no driver. */
+int resccl_x_gpu_count(void) {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
 int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
