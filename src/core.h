@@ -559,6 +559,8 @@ typedef struct {
   int threads;  /* per block; 0: the runtime's default for the plan */
   int iters;    /* timed runs after the checked one */
   int nchan;    /* blocks per TB, each moving a slice of every tile; 0 = 1 */
+  const Plan *with; /* or NULL: the program's other placement, whose kernel the runtime builds (and caches)
+                       alongside, so that its own run finds it built */
 } GpuOpts;
 
 rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResult *r, Err *e);

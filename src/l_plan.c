@@ -205,7 +205,7 @@ static int l_gpus(lua_State *L) { return lua_pushinteger(L, exec_gpu_count()), 1
 static int l_redop(lua_State *L) { return l_name(L, &redops); }
 
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=, direct=,
-              gpu=, ndev=, threads=, iters=, channels=}: on the host, or on GPUs when gpu is set */
+              gpu=, ndev=, threads=, iters=, channels=, with=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_settop(L, 2);
@@ -220,7 +220,13 @@ static int l_plan_exec(lua_State *L) {
   o.timeout_ms = (int)l_optrange(L, 2, "timeout_ms", 10000, 0, INT_MAX);
   o.direct = l_optbool(L, 2, "direct", 1);
   GpuOpts g = {(int)l_optrange(L, 2, "ndev", 0, 0, 64), (int)l_optrange(L, 2, "threads", 0, 0, 1024),
-               (int)l_optrange(L, 2, "iters", 0, 0, 1 << 20), (int)l_optrange(L, 2, "channels", 1, 0, 64)};
+               (int)l_optrange(L, 2, "iters", 0, 0, 1 << 20), (int)l_optrange(L, 2, "channels", 1, 0, 64), NULL};
+  if (lua_getfield(L, 2, "with") != LUA_TNIL) {
+    PlanBox *w = luaL_testudata(L, -1, PLAN_MT);
+    if (!w) return luaL_error(L, "exec: with must be a plan");
+    g.with = &w->pl;
+  }
+  lua_pop(L, 1);
   ExecResult r;
   Err e;
   if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)

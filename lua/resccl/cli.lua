@@ -441,6 +441,8 @@ function M.run(o)
   local r = report(alg, prog, topo, plan, err)
   local ok = err == nil
   local ea = exec_args(o, p.chunks)
+  local plans = { [false] = { plan, err } }
+  if alg.inplace then plans[true] = { resccl.compile(prog, topo, compile_opts(o, true)) } end
   r.execute = {}
   for _, inplace in ipairs { false, true } do
     local name = inplace and "in-place" or "out-of-place"
@@ -448,12 +450,13 @@ function M.run(o)
     if inplace and not alg.inplace then
       e.skipped = "not supported by this algorithm"
     else
-      local pl, perr = plan, err
-      if inplace then pl, perr = resccl.compile(prog, topo, compile_opts(o, true)) end
+      local pl, perr = plans[inplace][1], plans[inplace][2]
       if perr then
         e.error, ok = perr, false
       else
         e.tasks = pl:report().tasks
+        -- on GPUs, the other placement's kernel is built alongside (in parallel, then cached for its run)
+        ea.with = o.gpu and plans[not inplace] and plans[not inplace][1] or nil
         local res, xerr = pl:exec(ea)
         if not res then
           e.error, ok = xerr, false

@@ -4,8 +4,8 @@
 **
 ** A group is the set of communicators one resccl_comm_init_all made; it owns
 ** the loaded plans. Loading a plan reads the plan file (src/artifact.c
-** writes it), builds each placement's kernel with NVRTC for every GPU's arch
-** (cubins cached on disk), and allocates what lives as long as the plan:
+** writes it), builds each placement's kernel for every GPU's arch, all at
+** once (kernels.c: NVRTC, cubins cached on disk), and allocates what lives as long as the plan:
 ** per connection and channel a FIFO in the receiver's memory, per GPU the
 ** flags, the block tables and each block's count of the calls it ran. A
 ** call only fills the kernel argument (RxArgs, kernels-templates/cuda_abi.h)
@@ -16,16 +16,11 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
-#include <nvrtc.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "group.h"
 #include "runtime.h"
@@ -36,9 +31,8 @@
 
 static __thread char last_error[1024];
 
-/* RESCCL_DEBUG, read once: 0 off, 1 INFO, 2 TRACE (every launch too). */
-static int debug_level(void) {
-  static int level = -1;
+int rt_debug_level(void) {
+  static int level = -1; /* RESCCL_DEBUG, read once */
   if (level < 0) {
     const char *d = getenv("RESCCL_DEBUG");
     level = d && !strcmp(d, "TRACE") ? 2 : d && !strcmp(d, "INFO") ? 1 : 0;
@@ -46,20 +40,13 @@ static int debug_level(void) {
   return level;
 }
 
-#define INFO(...)                                 \
-  do {                                            \
-    if (debug_level()) {                          \
-      fprintf(stderr, "resccl INFO " __VA_ARGS__); \
-      fputc('\n', stderr);                        \
-    }                                             \
-  } while (0)
 
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  if (debug_level()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
+  if (rt_debug_level()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
   return rc;
 }
 
@@ -481,90 +468,6 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
 
 /* ------------------------------------------------------------ kernels */
 
-static uint64_t fnv1a(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static void cache_path(char *out, size_t n, const char *src, int arch, const char *options) {
-  const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
-  char dir[512] = "";
-  if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/resccl", home);
-  if (!*dir) return (void)(*out = '\0');
-  /* mkdir -p, one level at a time */
-  for (char *p = dir + 1; *p; p++)
-    if (*p == '/') *p = '\0', mkdir(dir, 0755), *p = '/';
-  mkdir(dir, 0755);
-  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31;
-  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch);
-}
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = len > 0 ? malloc((size_t)len) : NULL;
-  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) free(b), b = NULL;
-  fclose(f);
-  *n = b ? (size_t)len : 0;
-  return b;
-}
-
-/* The cubin of `src` for sm_<arch> and blocks of `threads`: from the cache,
-   else from NVRTC (then cached). */
-resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n) {
-  char cached[700], extra[512], bound[40];
-  /* The kernel's launch bound: registers are then budgeted for that many threads per block. */
-  snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
-  snprintf(extra, sizeof extra, "%s %s", bound, getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
-  cache_path(cached, sizeof cached, src, arch, extra);
-  if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
-  nvrtcProgram prog;
-  if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
-    return rt_fail(resccl_system_error, "NVRTC cannot create a program");
-  char archopt[40], inc[600];
-  const char *home = getenv("CUDA_HOME");
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
-  snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
-  /* The bound, then RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
-  const char *opts[24] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
-  int nopt = 5;
-  for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
-    opts[nopt++] = tok;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  nvrtcResult rc = nvrtcCompileProgram(prog, nopt, opts);
-  if (rc != NVRTC_SUCCESS) {
-    size_t ln = 0;
-    nvrtcGetProgramLogSize(prog, &ln);
-    char *log = malloc(ln + 1);
-    nvrtcGetProgramLog(prog, log);
-    log[ln] = '\0';
-    resccl_result_t r = rt_fail(resccl_system_error, "NVRTC: %s: %.800s", nvrtcGetErrorString(rc), log);
-    free(log), nvrtcDestroyProgram(&prog);
-    return r;
-  }
-  nvrtcGetCUBINSize(prog, n);
-  *cubin = malloc(*n);
-  nvrtcGetCUBIN(prog, *cubin);
-  nvrtcDestroyProgram(&prog);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
-       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-  if (*cached) { /* into the cache atomically: write aside, rename */
-    char tmp[720];
-    snprintf(tmp, sizeof tmp, "%s.%d.%lx", cached, (int)getpid(), (unsigned long)pthread_self());
-    FILE *f = fopen(tmp, "wb");
-    if (f && fwrite(*cubin, 1, *n, f) == *n && fclose(f) == 0) rename(tmp, cached);
-    else if (f) fclose(f), remove(tmp);
-  }
-  return resccl_success;
-}
-
 /* Device memory freed at unload; zero: the stream that zeroes it (plan
    load's own, which variant_setup waits for before any call can run), or
    NULL for what is written whole before it is read: by a copy that follows
@@ -789,34 +692,6 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   return rc;
 }
 
-/* One kernel to build: a placement's for one GPU arch. */
-typedef struct {
-  const char *src;
-  int arch, threads;
-  char *cubin;
-  size_t n;
-  resccl_result_t rc;
-  char err[sizeof last_error]; /* rt_fail's message, from the building thread's own */
-} Build;
-
-static void *build_one(void *arg) {
-  Build *b = arg;
-  b->rc = rt_cubin(b->src, b->arch, b->threads, &b->cubin, &b->n);
-  if (b->rc != resccl_success) snprintf(b->err, sizeof b->err, "%s", last_error);
-  return NULL;
-}
-
-/* Build them all at once, a thread each: NVRTC takes seconds a kernel,
-   single-threaded, and a plan file has up to six placements and forms. */
-static void build_all(Build *b, int n) {
-  pthread_t th[6 * MAXDEV];
-  int up[6 * MAXDEV] = {0}; /* a thread runs it; else it ran here */
-  for (int i = 0; i < n; i++)
-    if (!(up[i] = pthread_create(&th[i], NULL, build_one, &b[i]) == 0)) build_one(&b[i]);
-  for (int i = 0; i < n; i++)
-    if (up[i]) pthread_join(th[i], NULL);
-}
-
 /* Every placement's kernel for every GPU arch of the group (Variant.dev[d].cubin),
    built at once. */
 static resccl_result_t build_kernels(Group *g, RtPlan *p) {
@@ -829,13 +704,13 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
     }
     if (at[d] == narch) arch[narch++] = major * 10 + minor;
   }
-  Build *b = calloc(6 * (size_t)narch, sizeof *b);
+  RtBuild *b = calloc(6 * (size_t)narch, sizeof *b);
   if (!b) return rt_fail(resccl_system_error, "out of memory");
   int nb = 0;
   for (int i = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
-      b[nb++] = (Build){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads};
-  build_all(b, nb);
+      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads};
+  rt_build_all(b, nb);
   resccl_result_t rc = resccl_success;
   for (int i = 0, j = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
@@ -918,14 +793,14 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan p;
   Variant *v[6];
-  Build *b = calloc(6, sizeof *b);
+  RtBuild *b = calloc(6, sizeof *b);
   if (!b) return fclose(f), rt_fail(resccl_system_error, "out of memory");
   resccl_result_t rc;
   int n = 0;
   while (n < 6 && (rc = read_variant(f, path, &p, &v[n])) == resccl_success && v[n])
-    b[n] = (Build){.src = v[n]->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
+    b[n] = (RtBuild){.src = v[n]->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
   fclose(f);
-  if (rc == resccl_success) build_all(b, n);
+  if (rc == resccl_success) rt_build_all(b, n);
   for (int i = 0; i < n; i++) {
     if (b[i].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[i].rc, "%s", b[i].err);
     free(b[i].cubin), variant_free(NULL, v[i]);
@@ -1441,7 +1316,7 @@ static resccl_result_t launch(Call *calls, int n) {
         rc = rt_fail(resccl_unhandled_cuda_error, "%s: launch on GPU %d: %s", c->plan->coll, g->dev[d], s);
         break;
       }
-      if (debug_level() > 1)
+      if (rt_debug_level() > 1)
         fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
                 c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
     }

@@ -38,12 +38,33 @@ typedef struct {
 void rt_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
-/* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed. */
+/* The cubin of a kernel source for sm_<arch>, blocks of `threads` (NVRTC, cached on disk); no GPU needed
+   (kernels.c). */
 resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n);
+/* One kernel to build: src for sm_<arch>, blocks of `threads`; then its cubin (malloc'd), or rc and err. */
+typedef struct {
+  const char *src;
+  int arch, threads;
+  char *cubin;
+  size_t n;
+  resccl_result_t rc;
+  char err[1024];
+} RtBuild;
+/* Build them all at once (rt_cubin each). */
+void rt_build_all(RtBuild *b, int n);
 /* Build every placement of a plan file for sm_<arch> and `threads` (0: RT_THREADS): the check CI
    can run without a GPU. */
 resccl_result_t rt_plan_build(const char *path, int arch, int threads);
 /* Record the message of a failure and return its code. */
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
+/* RESCCL_DEBUG: 0 off, 1 INFO, 2 TRACE (every launch too). */
+int rt_debug_level(void);
+#define INFO(...)                                  \
+  do {                                             \
+    if (rt_debug_level()) {                        \
+      fprintf(stderr, "resccl INFO " __VA_ARGS__); \
+      fputc('\n', stderr);                         \
+    }                                              \
+  } while (0)
 
 #endif

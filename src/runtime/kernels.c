@@ -1,0 +1,120 @@
+/*
+** kernels.c — a plan's kernels from their CUDA source: NVRTC for the GPU's
+** own arch, cubins cached on disk ($RESCCL_CACHE or ~/.cache/resccl, keyed
+** by the source, the options and the arch), several built at once.
+*/
+#define _GNU_SOURCE
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+static uint64_t fnv1a(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static void cache_path(char *out, size_t n, const char *src, int arch, const char *options) {
+  const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
+  char dir[512] = "";
+  if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/resccl", home);
+  if (!*dir) return (void)(*out = '\0');
+  /* mkdir -p, one level at a time */
+  for (char *p = dir + 1; *p; p++)
+    if (*p == '/') *p = '\0', mkdir(dir, 0755), *p = '/';
+  mkdir(dir, 0755);
+  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31;
+  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch);
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = len > 0 ? malloc((size_t)len) : NULL;
+  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) free(b), b = NULL;
+  fclose(f);
+  *n = b ? (size_t)len : 0;
+  return b;
+}
+
+/* The cubin of `src` for sm_<arch> and blocks of `threads`: from the cache,
+   else from NVRTC (then cached). */
+resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n) {
+  char cached[700], extra[512], bound[40];
+  /* The kernel's launch bound: registers are then budgeted for that many threads per block. */
+  snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
+  snprintf(extra, sizeof extra, "%s %s", bound, getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
+  cache_path(cached, sizeof cached, src, arch, extra);
+  if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
+  nvrtcProgram prog;
+  if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+    return rt_fail(resccl_system_error, "NVRTC cannot create a program");
+  char archopt[40], inc[600];
+  const char *home = getenv("CUDA_HOME");
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
+  snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
+  /* The bound, then RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
+  const char *opts[24] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
+  int nopt = 5;
+  for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
+    opts[nopt++] = tok;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  nvrtcResult rc = nvrtcCompileProgram(prog, nopt, opts);
+  if (rc != NVRTC_SUCCESS) {
+    size_t ln = 0;
+    nvrtcGetProgramLogSize(prog, &ln);
+    char *log = malloc(ln + 1);
+    nvrtcGetProgramLog(prog, log);
+    log[ln] = '\0';
+    resccl_result_t r = rt_fail(resccl_system_error, "NVRTC: %s: %.800s", nvrtcGetErrorString(rc), log);
+    free(log), nvrtcDestroyProgram(&prog);
+    return r;
+  }
+  nvrtcGetCUBINSize(prog, n);
+  *cubin = malloc(*n);
+  nvrtcGetCUBIN(prog, *cubin);
+  nvrtcDestroyProgram(&prog);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
+       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+  if (*cached) { /* into the cache atomically: write aside, rename */
+    char tmp[720];
+    snprintf(tmp, sizeof tmp, "%s.%d.%lx", cached, (int)getpid(), (unsigned long)pthread_self());
+    FILE *f = fopen(tmp, "wb");
+    if (f && fwrite(*cubin, 1, *n, f) == *n && fclose(f) == 0) rename(tmp, cached);
+    else if (f) fclose(f), remove(tmp);
+  }
+  return resccl_success;
+}
+
+static void *build_one(void *arg) {
+  RtBuild *b = arg;
+  b->rc = rt_cubin(b->src, b->arch, b->threads, &b->cubin, &b->n);
+  if (b->rc != resccl_success) snprintf(b->err, sizeof b->err, "%s", resccl_get_last_error());
+  return NULL;
+}
+
+/* A thread each: NVRTC takes seconds a kernel, single-threaded, and a plan
+   file has up to six placements and forms. */
+void rt_build_all(RtBuild *b, int n) {
+  pthread_t *th = calloc((size_t)n + 1, sizeof *th);
+  int *up = calloc((size_t)n + 1, sizeof *up); /* a thread runs it; else it ran here */
+  for (int i = 0; i < n; i++)
+    if (!th || !up || !(up[i] = pthread_create(&th[i], NULL, build_one, &b[i]) == 0)) build_one(&b[i]);
+  for (int i = 0; th && up && i < n; i++)
+    if (up[i]) pthread_join(th[i], NULL);
+  free(th), free(up);
+}
