@@ -201,21 +201,36 @@ __device__ static inline char *rx_at(RxCtx *x, int buf, size_t elem) {
     case RX_MIN: return a < b ? a : b;                   \
     default: return (T)((U)a + (U)b);                    \
     }                                                    \
-  }                                                      \
+  }
+#define RX_IDIV(T) \
   __device__ static inline T rx_div(T a, int n) { return (T)(a / n); }
-RX_ARITH(int8_t, uint8_t)
-RX_ARITH(uint8_t, uint8_t)
-RX_ARITH(int32_t, uint32_t)
-RX_ARITH(uint32_t, uint32_t)
-RX_ARITH(int64_t, uint64_t)
-RX_ARITH(uint64_t, uint64_t)
+RX_ARITH(int8_t, uint8_t) RX_IDIV(int8_t)
+RX_ARITH(uint8_t, uint8_t) RX_IDIV(uint8_t)
+RX_ARITH(int32_t, uint32_t) RX_IDIV(int32_t)
+RX_ARITH(uint32_t, uint32_t) RX_IDIV(uint32_t)
+RX_ARITH(int64_t, uint64_t) RX_IDIV(int64_t)
+RX_ARITH(uint64_t, uint64_t) RX_IDIV(uint64_t)
 RX_ARITH(float, float)
 RX_ARITH(double, double)
+
+/* A float over the rank count, a / n rounded to nearest as a division
+   rounds it, in three operations where a division takes about ten and a
+   branch: q = a (1/n), then Markstein's correction q + (a - qn) (1/n), the
+   remainder exact in an fma (1/n is loop-invariant, worked out once a tile).
+   Exact unless a / n is subnormal (then within an ulp). */
+__device__ static inline float rx_div(float a, int n) {
+  const float y = 1.0f / (float)n, q = a * y;
+  return fmaf(fmaf(-q, (float)n, a), y, q);
+}
+__device__ static inline double rx_div(double a, int n) {
+  const double y = 1.0 / (double)n, q = a * y;
+  return fma(fma(-q, (double)n, a), y, q);
+}
 
 /* f16 and bf16 compute in float and round to nearest even, as the host does. */
 #define RX_HALF(T, TO, FROM)                                                                   \
   __device__ static inline T rx_op(int op, T a, T b) { return FROM(rx_op(op, TO(a), TO(b))); } \
-  __device__ static inline T rx_div(T a, int n) { return FROM(TO(a) / n); }
+  __device__ static inline T rx_div(T a, int n) { return FROM(rx_div(TO(a), n)); }
 RX_HALF(__half, __half2float, __float2half_rn)
 RX_HALF(__nv_bfloat16, __bfloat162float, __float2bfloat16_rn)
 
