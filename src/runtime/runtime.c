@@ -5,13 +5,14 @@
 ** A group is the set of communicators one resccl_comm_init_all made; it owns
 ** the loaded plans. Loading a plan reads the plan file (src/artifact.c
 ** writes it), builds each placement's kernel for every GPU's arch, all at
-** once (kernels.c: NVRTC, cubins cached on disk), and allocates what lives as long as the plan:
-** per connection and channel a FIFO in the receiver's memory, per GPU the
-** flags, the block tables and each block's count of the calls it ran. A
-** call only fills the kernel argument (RxArgs, kernels-templates/cuda_abi.h)
-** and launches: it is asynchronous, and a CUDA graph that captured it
-** replays it right (the kernels count the calls, not the host). Inside resccl_group_start/end calls are queued and launched
-** per GPU together, so that ranks sharing a GPU run in one kernel.
+** once (kernels.c: NVRTC, cubins cached on disk), and allocates what lives
+** as long as the plan: per connection and channel a FIFO in the receiver's
+** memory, per GPU the flags, the block tables and each block's count of the
+** calls it ran. A call only fills the kernel argument (RxArgs,
+** kernels-templates/cuda_abi.h) and launches: it is asynchronous, and a CUDA
+** graph that captured it replays it right (the kernels count the calls, not
+** the host). Inside resccl_group_start/end calls are queued and launched per
+** GPU together, so that ranks sharing a GPU run in one kernel.
 */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -39,7 +40,6 @@ int rt_debug_level(void) {
   }
   return level;
 }
-
 
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
   va_list ap;
@@ -155,7 +155,6 @@ typedef struct {
     RxBlock *block;   /* the launch's blocks, in its memory (RxArgs.block) */
     RxBlock *tab;     /* host copy of their tables, for the trace */
     char *cubin;      /* its kernel, from build_kernels until loaded */
-    size_t ncubin;
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
@@ -716,11 +715,14 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
       Variant *v = p->v[i / 3][i % 3];
       if (b[j].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[j].rc, "%s", b[j].err);
-      for (int d = 0; d < g->ndevs && b[j].rc == resccl_success; d++)
-        if (at[d] == k && !(v->dev[d].cubin = malloc(b[j].n)))
+      for (int d = 0; d < g->ndevs && b[j].rc == resccl_success; d++) {
+        if (at[d] != k) continue;
+        if (!(v->dev[d].cubin = malloc(b[j].n))) {
           rc = rt_fail(resccl_system_error, "out of memory");
-        else if (at[d] == k)
-          memcpy(v->dev[d].cubin, b[j].cubin, b[j].n), v->dev[d].ncubin = b[j].n;
+          break;
+        }
+        memcpy(v->dev[d].cubin, b[j].cubin, b[j].n);
+      }
       free(b[j].cubin);
     }
   free(b);
