@@ -342,16 +342,19 @@ template <int OP, int K> __device__ static inline void rx_apply(RxVec<uint8_t> (
    pair, as NCCL reduces them: a sum rounds once, to nearest even, where
    rx_op's float sum rounded again can differ in the last bit (rarely, and
    never on the checks' exact values); products are the same; max and min of
-   a NaN give the other operand. Element by element, converting each, the
-   movers were 5,000 lines of PTX each and their build the longest part. */
+   a NaN give the other operand. Converting each element to float and
+   back, bf16 reduced 12% less per byte than f32 on one H200 (BENCHMARKS.md). */
 template <int OP, typename P> __device__ static inline P rx_pair(P a, P b) {
   return OP == RX_PROD ? __hmul2(a, b) : OP == RX_MAX ? __hmax2(a, b) : OP == RX_MIN ? __hmin2(a, b) : __hadd2(a, b);
 }
 __device__ static inline __half2 rx_two(__half a, __half b) { return __halves2half2(a, b); }
 __device__ static inline __nv_bfloat162 rx_two(__nv_bfloat16 a, __nv_bfloat16 b) { return __halves2bfloat162(a, b); }
 __device__ static inline void rx_untwo(__half2 v, __half *e) { e[0] = __low2half(v), e[1] = __high2half(v); }
-__device__ static inline void rx_untwo(__nv_bfloat162 v, __nv_bfloat16 *e) { e[0] = __low2bfloat16(v), e[1] = __high2bfloat16(v); }
-template <int OP, typename H, int K> __device__ static inline void rx_apply_pairs(RxVec<H> (&x)[K], const RxVec<H> (&y)[K]) {
+__device__ static inline void rx_untwo(__nv_bfloat162 v, __nv_bfloat16 *e) {
+  e[0] = __low2bfloat16(v), e[1] = __high2bfloat16(v);
+}
+template <int OP, typename H, int K>
+__device__ static inline void rx_apply_pairs(RxVec<H> (&x)[K], const RxVec<H> (&y)[K]) {
 #pragma unroll
   for (int k = 0; k < K; k++)
 #pragma unroll
