@@ -108,8 +108,9 @@ static void *build_one(void *arg) {
 }
 
 /* A thread each: NVRTC takes seconds a kernel, single-threaded, and a plan
-   file has up to six placements and forms. */
-void rt_build_all(RtBuild *b, int n) {
+   file has up to six placements and forms. The first failure, recorded
+   again in the calling thread (rt_fail's message is per thread). */
+resccl_result_t rt_build_all(RtBuild *b, int n) {
   pthread_t *th = calloc((size_t)n + 1, sizeof *th);
   int *up = calloc((size_t)n + 1, sizeof *up); /* a thread runs it; else it ran here */
   for (int i = 0; i < n; i++)
@@ -117,4 +118,7 @@ void rt_build_all(RtBuild *b, int n) {
   for (int i = 0; th && up && i < n; i++)
     if (up[i]) pthread_join(th[i], NULL);
   free(th), free(up);
+  for (int i = 0; i < n; i++)
+    if (b[i].rc != resccl_success) return rt_fail(b[i].rc, "%s", b[i].err);
+  return resccl_success;
 }

@@ -709,13 +709,11 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
   for (int i = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
       b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads};
-  rt_build_all(b, nb);
-  resccl_result_t rc = resccl_success;
+  resccl_result_t rc = rt_build_all(b, nb);
   for (int i = 0, j = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
       Variant *v = p->v[i / 3][i % 3];
-      if (b[j].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[j].rc, "%s", b[j].err);
-      for (int d = 0; d < g->ndevs && b[j].rc == resccl_success; d++) {
+      for (int d = 0; d < g->ndevs && rc == resccl_success; d++) {
         if (at[d] != k) continue;
         if (!(v->dev[d].cubin = malloc(b[j].n))) {
           rc = rt_fail(resccl_system_error, "out of memory");
@@ -794,20 +792,26 @@ resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   FILE *f = fopen(path, "rb");
   if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
   RtPlan p;
-  Variant *v[6];
-  RtBuild *b = calloc(6, sizeof *b);
-  if (!b) return fclose(f), rt_fail(resccl_system_error, "out of memory");
+  Variant **v = NULL, *one;
+  RtBuild *b = NULL;
   resccl_result_t rc;
   int n = 0;
-  while (n < 6 && (rc = read_variant(f, path, &p, &v[n])) == resccl_success && v[n])
-    b[n] = (RtBuild){.src = v[n]->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
-  fclose(f);
-  if (rc == resccl_success) rt_build_all(b, n);
-  for (int i = 0; i < n; i++) {
-    if (b[i].rc != resccl_success && rc == resccl_success) rc = rt_fail(b[i].rc, "%s", b[i].err);
-    free(b[i].cubin), variant_free(NULL, v[i]);
+  while ((rc = read_variant(f, path, &p, &one)) == resccl_success && one) {
+    Variant **v2 = realloc(v, (size_t)(n + 1) * sizeof *v);
+    RtBuild *b2 = v2 ? realloc(b, (size_t)(n + 1) * sizeof *b) : NULL;
+    if (v2) v = v2;
+    if (b2) b = b2;
+    if (!v2 || !b2) {
+      variant_free(NULL, one);
+      rc = rt_fail(resccl_system_error, "out of memory");
+      break;
+    }
+    v[n] = one, b[n] = (RtBuild){.src = one->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
   }
-  free(b);
+  fclose(f);
+  if (rc == resccl_success) rc = rt_build_all(b, n);
+  for (int i = 0; i < n; i++) free(b[i].cubin), variant_free(NULL, v[i]);
+  free(v), free(b);
   return rc == resccl_success && n == 0 ? rt_fail(resccl_invalid_argument, "%s: no plan in the file", path) : rc;
 }
 

@@ -50,8 +50,8 @@ typedef struct {
   resccl_result_t rc;
   char err[1024];
 } RtBuild;
-/* Build them all at once (rt_cubin each). */
-void rt_build_all(RtBuild *b, int n);
+/* Build them all at once (rt_cubin each); the first failure. */
+resccl_result_t rt_build_all(RtBuild *b, int n);
 /* Build every placement of a plan file for sm_<arch> and `threads` (0: RT_THREADS): the check CI
    can run without a GPU. */
 resccl_result_t rt_plan_build(const char *path, int arch, int threads);
