@@ -12,8 +12,9 @@ usage: resccl <command> [options] FILE [key=value ...]
        resccl <command> --help     this text
 
 commands:
-  run FILE       compile, verify, and execute the emitted code on the host
-                 executor with real data (out-of-place and in-place)
+  run FILE       compile, verify, and execute the emitted code with real data
+                 (out-of-place and in-place), checked against a reference: on
+                 the GPUs where libresccl sees one, else on the host executor
   compile FILE   compile and report; --dump, --emit and --json show more
   verify FILE    compile and verify both placements
   import FILE    read an MSCCL XML, TACCL JSON, TE-CCL JSON or MSCCL++ JSON
