@@ -22,7 +22,9 @@
 ** RESCCL_TILE_BYTES (bytes of a chunk per micro-batch), RESCCL_NMICRO,
 ** RESCCL_CE_FROM (bytes from which a plan's copy-engine form runs),
 ** RESCCL_PULL_FROM and RESCCL_PULL_BELOW (the sizes its pulling form runs),
-** RESCCL_NVRTC_OPTIONS (extra kernel compiler options), RESCCL_CACHE.
+** RESCCL_NVRTC_OPTIONS (extra kernel compiler options), RESCCL_CACHE,
+** RESCCL_DTYPES (f32,bf16,...: the dtypes plans loaded after it reduce; the
+** others' reductions are refused, and kernels build in about half the time).
 */
 #ifndef RESCCL_H
 #define RESCCL_H

@@ -463,6 +463,16 @@ __device__ static __noinline__ void rx_move_t(T *out, const T *operand, const T 
   }
 }
 
+/* The dtypes the kernel reduces, a bit each (RESCCL_DTYPES): their movers
+   are most of its build, and the runtime refuses calls of the others. */
+#ifndef RX_DTYPES
+#define RX_DTYPES 0xffffffffu
+#endif
+template <int D, typename T>
+__device__ static inline void rx_move_d(T *out, const T *operand, const T *in, size_t n, int op, int div, T *fwd) {
+  if constexpr ((RX_DTYPES >> D & 1) != 0) rx_move_t<T>(out, operand, in, n, op, div, fwd);
+}
+
 /* Move n elements: out = in, or out = operand (+) in; also write them to fwd.
    `done`: the reduction completes the values, so avg divides them here,
    before they are stored or forwarded (see src/core.h). */
@@ -472,7 +482,7 @@ __device__ static inline void rx_move(const RxArgs *r, char *out, const char *op
   int div = done && r->op == RX_AVG ? r->nranks : 0;
   switch (r->dtype) {
 #define RX_CASE(D, T) \
-  case D: return rx_move_t<T>((T *)out, (const T *)operand, (const T *)in, n, r->op, div, (T *)fwd);
+  case D: return rx_move_d<D, T>((T *)out, (const T *)operand, (const T *)in, n, r->op, div, (T *)fwd);
   RX_CASE(RX_I8, int8_t)
   RX_CASE(RX_U8, uint8_t)
   RX_CASE(RX_I32, int32_t)

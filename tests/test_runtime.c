@@ -632,6 +632,7 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s/allreduce-allpairs.plan", argv[2]);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s", path);
   graph_replay("allreduce", 4099, 1 << 16);
+  resccl_result_t rc;
   /* The plain all-reduce again (the checks below call ranks alone: they
      run its first form). */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
@@ -640,9 +641,26 @@ int main(int argc, char **argv) {
             strstr(resccl_get_last_error(), "RESCCL_PULL_BELOW is not a size"),
         "RESCCL_PULL_BELOW=1X accepted");
   unsetenv("RESCCL_PULL_BELOW");
+  /* RESCCL_DTYPES: kernels that reduce those dtypes only; the others' calls are refused. */
+  setenv("RESCCL_DTYPES", "f32,bf17", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_DTYPES"),
+        "RESCCL_DTYPES=f32,bf17 accepted");
+  setenv("RESCCL_DTYPES", "i8,f32", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_success, "load %s with RESCCL_DTYPES=i8,f32", path);
+  unsetenv("RESCCL_DTYPES");
+  collective("allreduce", 4099, 0, 1);
+  collective("allreduce", 4099, 1, 1);
+  void *b16;
+  cudaSetDevice(dev[0]), cudaMalloc(&b16, 64);
+  resccl_group_start();
+  for (int r = 0; r < R; r++) resccl_all_reduce(b16, b16, 16, resccl_bfloat16, resccl_sum, comm[r], NULL);
+  rc = resccl_group_end();
+  CHECK(rc == resccl_invalid_usage && strstr(resccl_get_last_error(), "bf16 kernels"), "a bf16 call without them: %d", rc);
+  cudaFree(b16);
+  printf("allreduce      RESCCL_DTYPES=i8,f32: f32 ran, bf16 refused\n");
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
   snprintf(path, sizeof path, "%s/other-ranks.plan", argv[2]);
-  resccl_result_t rc = resccl_plan_load(comm[0], path);
+  rc = resccl_plan_load(comm[0], path);
   CHECK(rc == resccl_invalid_usage, "a plan for another rank count loaded (%d)", rc);
   bad_arguments();
   for (int r = 0; r < R; r++) resccl_comm_destroy(comm[r]);

@@ -49,12 +49,15 @@ static char *slurp(const char *path, size_t *n) {
   return b;
 }
 
-/* The cubin of `src` for sm_<arch> and blocks of `threads`: from the cache,
-   else from NVRTC (then cached). */
-resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, size_t *n) {
-  char cached[700], extra[512], bound[40];
-  /* The kernel's launch bound: registers are then budgeted for that many threads per block. */
-  snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
+/* The cubin of `src` for sm_<arch>, blocks of `threads` and `dtypes`: from
+   the cache, else from NVRTC (then cached). */
+resccl_result_t rt_cubin(const char *src, int arch, int threads, unsigned dtypes, char **cubin, size_t *n) {
+  char cached[700], extra[512], bound[80];
+  /* The kernel's launch bound: registers are then budgeted for that many
+     threads per block. Data movers only for the dtypes asked for: they are
+     most of a reducing kernel's build. */
+  int at = snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
+  if (dtypes) snprintf(bound + at, sizeof bound - (size_t)at, " -DRX_DTYPES=0x%x", dtypes);
   snprintf(extra, sizeof extra, "%s %s", bound, getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
   cache_path(cached, sizeof cached, src, arch, extra);
   if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
@@ -102,7 +105,7 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, char **cubin, s
 
 static void *build_one(void *arg) {
   RtBuild *b = arg;
-  b->rc = rt_cubin(b->src, b->arch, b->threads, &b->cubin, &b->n);
+  b->rc = rt_cubin(b->src, b->arch, b->threads, b->dtypes, &b->cubin, &b->n);
   if (b->rc != resccl_success) snprintf(b->err, sizeof b->err, "%s", resccl_get_last_error());
   return NULL;
 }

@@ -208,6 +208,25 @@ static size_t env_size(const char *name, size_t dflt, const char **bad) {
   return n;
 }
 
+/* Element sizes and names (resccl's CLI's); the kernel's dtype and op codes are the API's (cuda_abi.h). */
+static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static const char *const dtype_name[resccl_num_types] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+
+/* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0 (and
+   *bad set) when it names none, or one that is not. */
+static unsigned env_dtypes(const char *v, const char **bad) {
+  unsigned m = 0;
+  for (const char *p = v; *p;) {
+    size_t n = strcspn(p, ",");
+    int d = 0;
+    while (d < resccl_num_types && !(strlen(dtype_name[d]) == n && !strncmp(p, dtype_name[d], n))) d++;
+    if (d == resccl_num_types) return *bad = v, 0;
+    m |= 1u << d, p += n + (p[n] == ',');
+  }
+  if (!m) *bad = v;
+  return m;
+}
+
 void rt_conf_env(RtConf *c) {
   c->nchan = env_int("RESCCL_NCHANNELS", 0);
   c->slices = env_int("RESCCL_SLICES", RX_SLICES);
@@ -238,6 +257,9 @@ void rt_conf_env(RtConf *c) {
   c->timeout_s = t && *t ? atof(t) : 60;
   c->trace = getenv("RESCCL_TRACE");
   if (c->trace && !*c->trace) c->trace = NULL;
+  const char *d = getenv("RESCCL_DTYPES");
+  c->bad_dtypes = NULL;
+  c->dtypes = d ? env_dtypes(d, &c->bad_dtypes) : 0;
 }
 
 /* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
@@ -684,6 +706,9 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
                    "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
   if (conf->bad_size)
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: %s is not a size (bytes, or with K, M or G)", conf->bad_size);
+  if (conf->bad_dtypes)
+    return rt_fail(resccl_invalid_argument, "resccl_plan_load: RESCCL_DTYPES=%s: not a list of dtypes (i8,u8,i32,u32,i64,"
+                   "u64,f16,f32,f64,bf16, separated by commas)", conf->bad_dtypes);
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
@@ -708,7 +733,8 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
   int nb = 0;
   for (int i = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
-      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads};
+      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads,
+                          .dtypes = p->conf.dtypes};
   resccl_result_t rc = rt_build_all(b, nb);
   for (int i = 0, j = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
@@ -886,9 +912,6 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
 
 /* ------------------------------------------------------------ calls */
 
-/* Element sizes; the kernel's dtype and op codes are the API's (cuda_abi.h). */
-static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-
 struct Call {
   resccl_comm_t comm;
   Variant *v;
@@ -1024,6 +1047,9 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
   size_t bytes = count * per; /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
+  if (p->conf.dtypes && !(p->conf.dtypes >> dt & 1) && (!strcmp(coll, "allreduce") || !strcmp(coll, "reducescatter")))
+    return rt_fail(resccl_invalid_usage, "%s: plan %s was loaded without the %s kernels (RESCCL_DTYPES)", coll, p->name,
+                   dtype_name[dt]);
   Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
