@@ -259,7 +259,7 @@ void rt_conf_env(RtConf *c) {
   if (c->trace && !*c->trace) c->trace = NULL;
   const char *d = getenv("RESCCL_DTYPES");
   c->bad_dtypes = NULL;
-  c->dtypes = d ? env_dtypes(d, &c->bad_dtypes) : 0;
+  c->dtypes = d && *d ? env_dtypes(d, &c->bad_dtypes) : 0;
 }
 
 /* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
