@@ -66,6 +66,11 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   cudaStream_t *st = calloc((size_t)R, sizeof *st);
   cudaEvent_t *ev = calloc((size_t)R * 2, sizeof *ev);
   double *times = calloc((size_t)j->iters + 1, sizeof *times);
+  if (!comm || !devs || !buf || !st || !ev || !times) {
+    free(comm), free(devs), free(buf), free(st), free(ev), free(times);
+    snprintf(out->error, sizeof out->error, "out of memory");
+    return 1;
+  }
   cudaError_t ce = cudaGetDeviceCount(&devcount);
   if (ce != cudaSuccess || devcount < 1)
     OK(rt_fail(resccl_system_error, "no CUDA GPU on this machine (%s)", ce != cudaSuccess ? cudaGetErrorString(ce) : "none found"));
@@ -132,7 +137,7 @@ done:
   /* On an error every GPU finishes first: a peer's kernel or copies may still use these buffers. */
   for (int d = 0; d < out->ndev; d++) cudaSetDevice(d), cudaDeviceSynchronize();
   for (int r = 0; r < R; r++) {
-    if (devs && st[r]) cudaSetDevice(devs[r]), cudaStreamDestroy(st[r]), cudaEventDestroy(ev[2 * r]),
+    if (st[r]) cudaSetDevice(devs[r]), cudaStreamDestroy(st[r]), cudaEventDestroy(ev[2 * r]),
                        cudaEventDestroy(ev[2 * r + 1]);
     for (int b = 0; b < 2; b++) cudaFree(buf[r * 3 + b]);
   }

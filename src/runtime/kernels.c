@@ -22,18 +22,24 @@ static uint64_t fnv1a(const char *s, size_t n) {
   return h;
 }
 
+/* Where the cubin of (src, options, arch) is cached, or "" for nowhere (no
+   cache directory, or a path too long). NVRTC's version is part of the key:
+   a newer one's cubin may not load on an older driver. */
 static void cache_path(char *out, size_t n, const char *src, int arch, const char *options) {
   const char *env = getenv("RESCCL_CACHE"), *home = getenv("HOME");
   char dir[512] = "";
-  if (env && *env) snprintf(dir, sizeof dir, "%s", env);
-  else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/resccl", home);
-  if (!*dir) return (void)(*out = '\0');
+  int len = env && *env ? snprintf(dir, sizeof dir, "%s", env)
+            : home && *home ? snprintf(dir, sizeof dir, "%s/.cache/resccl", home) : 0;
+  *out = '\0';
+  if (len <= 0 || (size_t)len >= sizeof dir) return;
   /* mkdir -p, one level at a time */
   for (char *p = dir + 1; *p; p++)
     if (*p == '/') *p = '\0', mkdir(dir, 0755), *p = '/';
   mkdir(dir, 0755);
-  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31;
-  snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch);
+  int major = 0, minor = 0;
+  nvrtcVersion(&major, &minor);
+  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31 ^ (uint64_t)(major * 1000 + minor) << 48;
+  if ((size_t)snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch) >= n) *out = '\0';
 }
 
 static char *slurp(const char *path, size_t *n) {
@@ -52,27 +58,34 @@ static char *slurp(const char *path, size_t *n) {
 /* The cubin of `src` for sm_<arch>, blocks of `threads` and `dtypes`: from
    the cache, else from NVRTC (then cached). */
 resccl_result_t rt_cubin(const char *src, int arch, int threads, unsigned dtypes, char **cubin, size_t *n) {
-  char cached[700], extra[512], bound[80];
-  /* The kernel's launch bound: registers are then budgeted for that many
-     threads per block. Data movers only for the dtypes asked for: they are
-     most of a reducing kernel's build. */
-  int at = snprintf(bound, sizeof bound, "-DRX_THREADS=%d", threads);
-  if (dtypes) snprintf(bound + at, sizeof bound - (size_t)at, " -DRX_DTYPES=0x%x", dtypes);
-  snprintf(extra, sizeof extra, "%s %s", bound, getenv("RESCCL_NVRTC_OPTIONS") ? getenv("RESCCL_NVRTC_OPTIONS") : "");
+  char cached[700], extra[600], archopt[40], inc[600];
+  const char *user = getenv("RESCCL_NVRTC_OPTIONS"), *home = getenv("CUDA_HOME");
+  /* RESCCL_NVRTC_OPTIONS (space-separated, e.g. -DRX_UNROLL=8), then the
+     kernel's launch bound (registers are budgeted for that many threads per
+     block) and the dtypes it reduces (their data movers are most of a
+     reducing kernel's build), last so that they win. */
+  int len = snprintf(extra, sizeof extra, "%s -DRX_THREADS=%d", user ? user : "", threads);
+  if (dtypes && len > 0 && (size_t)len < sizeof extra)
+    len += snprintf(extra + len, sizeof extra - (size_t)len, " -DRX_DTYPES=0x%x", dtypes);
+  if (len < 0 || (size_t)len >= sizeof extra) return rt_fail(resccl_invalid_argument, "RESCCL_NVRTC_OPTIONS is too long");
+  len = snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
+  if (len < 0 || (size_t)len >= sizeof inc) return rt_fail(resccl_invalid_argument, "CUDA_HOME is too long");
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
   cache_path(cached, sizeof cached, src, arch, extra);
-  if (*cached && (*cubin = slurp(cached, n))) return resccl_success;
+  /* A cached file that is not a cubin (cut short, or not ours) is built again and replaced. */
+  if (*cached && (*cubin = slurp(cached, n))) {
+    if (*n > 4 && !memcmp(*cubin, "\x7f" "ELF", 4)) return resccl_success;
+    free(*cubin);
+  }
+  const char *opts[32] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
+  int nopt = 5;
+  for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+    if (nopt == 32) return rt_fail(resccl_invalid_argument, "RESCCL_NVRTC_OPTIONS has too many options");
+    opts[nopt++] = tok;
+  }
   nvrtcProgram prog;
   if (nvrtcCreateProgram(&prog, src, "plan.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
     return rt_fail(resccl_system_error, "NVRTC cannot create a program");
-  char archopt[40], inc[600];
-  const char *home = getenv("CUDA_HOME");
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
-  snprintf(inc, sizeof inc, "--include-path=%s/include", home && *home ? home : "/usr/local/cuda");
-  /* The bound, then RESCCL_NVRTC_OPTIONS: more options, space-separated (e.g. -DRX_UNROLL=8). */
-  const char *opts[24] = {archopt, inc, "--std=c++17", "-default-device", "--diag-suppress=177"};
-  int nopt = 5;
-  for (char *save = NULL, *tok = strtok_r(extra, " ", &save); tok && nopt < 24; tok = strtok_r(NULL, " ", &save))
-    opts[nopt++] = tok;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   nvrtcResult rc = nvrtcCompileProgram(prog, nopt, opts);
@@ -80,25 +93,30 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, unsigned dtypes
     size_t ln = 0;
     nvrtcGetProgramLogSize(prog, &ln);
     char *log = malloc(ln + 1);
-    nvrtcGetProgramLog(prog, log);
-    log[ln] = '\0';
-    resccl_result_t r = rt_fail(resccl_system_error, "NVRTC: %s: %.800s", nvrtcGetErrorString(rc), log);
+    if (log) nvrtcGetProgramLog(prog, log), log[ln] = '\0';
+    resccl_result_t r = rt_fail(resccl_system_error, "NVRTC: %s: %.800s", nvrtcGetErrorString(rc), log ? log : "");
     free(log), nvrtcDestroyProgram(&prog);
     return r;
   }
   nvrtcGetCUBINSize(prog, n);
-  *cubin = malloc(*n);
+  if (!(*cubin = malloc(*n))) return nvrtcDestroyProgram(&prog), rt_fail(resccl_system_error, "out of memory");
   nvrtcGetCUBIN(prog, *cubin);
   nvrtcDestroyProgram(&prog);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-  if (*cached) { /* into the cache atomically: write aside, rename */
+  if (*cached) { /* into the cache atomically: written aside, a file of its own, then renamed */
     char tmp[720];
-    snprintf(tmp, sizeof tmp, "%s.%d.%lx", cached, (int)getpid(), (unsigned long)pthread_self());
-    FILE *f = fopen(tmp, "wb");
-    if (f && fwrite(*cubin, 1, *n, f) == *n && fclose(f) == 0) rename(tmp, cached);
-    else if (f) fclose(f), remove(tmp);
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", cached);
+    int fd = mkstemp(tmp);
+    if (fd >= 0) fchmod(fd, 0644); /* as any cache file: mkstemp's is private */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
+    if (f) {
+      int ok = fwrite(*cubin, 1, *n, f) == *n;
+      ok = fclose(f) == 0 && ok;
+      if (!ok || rename(tmp, cached) != 0) remove(tmp);
+    }
   }
   return resccl_success;
 }

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -212,8 +213,8 @@ static size_t env_size(const char *name, size_t dflt, const char **bad) {
 static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 static const char *const dtype_name[resccl_num_types] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
 
-/* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0 (and
-   *bad set) when it names none, or one that is not. */
+/* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0
+   (and *bad set) when it names one that is not. */
 static unsigned env_dtypes(const char *v, const char **bad) {
   unsigned m = 0;
   for (const char *p = v; *p;) {
@@ -223,7 +224,6 @@ static unsigned env_dtypes(const char *v, const char **bad) {
     if (d == resccl_num_types) return *bad = v, 0;
     m |= 1u << d, p += n + (p[n] == ',');
   }
-  if (!m) *bad = v;
   return m;
 }
 
@@ -255,6 +255,7 @@ void rt_conf_env(RtConf *c) {
   c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->bad_size);
   const char *t = getenv("RESCCL_TIMEOUT");
   c->timeout_s = t && *t ? atof(t) : 60;
+  if (!isfinite(c->timeout_s)) c->timeout_s = -1; /* refused at load, as a negative one */
   c->trace = getenv("RESCCL_TRACE");
   if (c->trace && !*c->trace) c->trace = NULL;
   const char *d = getenv("RESCCL_DTYPES");
@@ -435,8 +436,9 @@ static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Varia
     if (fscanf(f, " %d %d", &v->csrc[c], &v->cdst[c]) != 2 || (unsigned)v->csrc[c] >= (unsigned)v->nranks ||
         (unsigned)v->cdst[c] >= (unsigned)v->nranks)
       BAD("conns");
-  if (!read_ints(f, "flags", &v->nflags, 1) || v->nflags < 0) BAD("flags");
+  if (!read_ints(f, "flags", &v->nflags, 1) || v->nflags < 0 || v->nflags > 1 << 24) BAD("flags");
   v->flag_rank = malloc(sizeof(int) * ((size_t)v->nflags + 1));
+  if (!v->flag_rank) BAD("out of memory");
   for (int i = 0; i < v->nflags; i++)
     if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
   if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
@@ -699,11 +701,12 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
                    "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
   if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
       conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
-      conf->tile_bytes < 4096 || conf->nmicro < 0 || conf->timeout_s < 0 ||
+      conf->tile_bytes < 4096 || conf->tile_bytes > ((size_t)1 << 40) || conf->nmicro < 0 || conf->timeout_s < 0 ||
+      conf->timeout_s > 1e9 ||
       (conf->direct != 0 && conf->direct != 1))
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
                    "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
-                   "RESCCL_TILE_BYTES >= 4096, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT >= 0)");
+                   "RESCCL_TILE_BYTES from 4096 to 2^40, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT from 0 to 1e9)");
   if (conf->bad_size)
     return rt_fail(resccl_invalid_argument, "resccl_plan_load: %s is not a size (bytes, or with K, M or G)", conf->bad_size);
   if (conf->bad_dtypes)
@@ -956,12 +959,14 @@ static resccl_result_t may_grow(const Call *q, int n, const char *what) {
 
 /* The scratch buffer of (v, rank) holds at least `bytes`. A smaller one it
    replaces stays allocated until the plan is unloaded: a call queued in a
-   group or a captured graph may still use it. */
+   group or a captured graph may still use it. It grows at least twofold, so
+   that calls growing a little at a time leave at most as much behind. */
 static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, const Call *q, int n, char **out) {
   if (bytes > v->scratch_bytes[c->rank]) {
     char what[80];
     snprintf(what, sizeof what, "scratch memory must grow to %zu bytes", bytes);
     TRY(may_grow(q, n, what));
+    if (v->scratch_bytes[c->rank] && bytes / 2 < v->scratch_bytes[c->rank]) bytes = 2 * v->scratch_bytes[c->rank];
     CU(cudaSetDevice(c->cudev));
     TRY(dev_alloc(v, &v->scratch[c->rank], bytes, NULL));
     v->scratch_bytes[c->rank] = bytes;
@@ -980,7 +985,7 @@ static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, cons
   char what[80];
   snprintf(what, sizeof what, "copy-engine counters must grow to %zu micro-batches", nmicro);
   TRY(may_grow(q, n, what));
-  words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words;
+  words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words < 2 * v->post_words ? 2 * v->post_words : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
     TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words, NULL));

@@ -31,7 +31,7 @@ typedef struct {
   const char *bad_size; /* the RESCCL_CE_FROM or RESCCL_PULL_* that was not a size (bytes, or with K, M or G), or
                            NULL: loading refuses */
   unsigned dtypes;    /* the dtypes the kernels can reduce, a bit per resccl_datatype_t; 0: every one */
-  const char *bad_dtypes; /* RESCCL_DTYPES when it names no dtype or one that is not: loading refuses */
+  const char *bad_dtypes; /* RESCCL_DTYPES when it names something not a dtype: loading refuses */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
