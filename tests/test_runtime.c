@@ -515,6 +515,13 @@ int main(int argc, char **argv) {
       CHECK(rc == resccl_success, "%s: %s", argv[i], resccl_get_error_string(rc));
       if (rc == resccl_success) printf("built %s for sm_90\n", argv[i]);
     }
+    /* Compiler options that do not fit are refused, not cut. */
+    char opts[2000] = "";
+    for (int i = 0; i < 400; i++) strcat(opts, "-DX ");
+    setenv("RESCCL_NVRTC_OPTIONS", opts, 1);
+    resccl_result_t rc = rt_plan_build(argv[2], 90, 0);
+    CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), "too long"), "1600 bytes of options: %d", rc);
+    unsetenv("RESCCL_NVRTC_OPTIONS");
     return failures ? 1 : 0;
   }
   if (argc != 3 || strcmp(argv[1], "run")) {
@@ -586,6 +593,9 @@ int main(int argc, char **argv) {
   setenv("RESCCL_CE_FROM", "8X", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_CE_FROM"),
         "RESCCL_CE_FROM=8X accepted");
+  setenv("RESCCL_TIMEOUT", "nan", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument, "RESCCL_TIMEOUT=nan accepted");
+  setenv("RESCCL_TIMEOUT", "2", 1);
   setenv("RESCCL_CE_FROM", "8K", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
   unsetenv("RESCCL_CE_FROM");
