@@ -593,10 +593,11 @@ int main(int argc, char **argv) {
   setenv("RESCCL_CE_FROM", "8X", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_CE_FROM"),
         "RESCCL_CE_FROM=8X accepted");
-  setenv("RESCCL_TIMEOUT", "nan", 1);
-  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument, "RESCCL_TIMEOUT=nan accepted");
-  setenv("RESCCL_TIMEOUT", "2", 1);
   setenv("RESCCL_CE_FROM", "8K", 1);
+  setenv("RESCCL_TIMEOUT", "nan", 1);
+  CHECK(resccl_plan_load(comm[0], path) == resccl_invalid_argument && strstr(resccl_get_last_error(), "RESCCL_TIMEOUT"),
+        "RESCCL_TIMEOUT=nan accepted");
+  setenv("RESCCL_TIMEOUT", "2", 1);
   CHECK(resccl_plan_load(comm[0], path) == resccl_success, "reload %s", path);
   unsetenv("RESCCL_CE_FROM");
   int small = -1, large = -1;
