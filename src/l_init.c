@@ -2,10 +2,13 @@
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
 ** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
 */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "lbind.h"
 
@@ -98,6 +101,44 @@ static int l_file_kind(lua_State *L) {
   return 1;
 }
 
+static mode_t current_umask(void) {
+  mode_t m = umask(0);
+  umask(m);
+  return m;
+}
+
+/* core.write_file(path, text) -> true, or nil, message: the text written
+   whole into a new file of its own beside path (mkstemp: never one that
+   was there, nor a link's target), then renamed over path; on a failure
+   path is as it was and nothing is left behind. */
+static int l_write_file(lua_State *L) {
+  size_t n;
+  const char *path = luaL_checkstring(L, 1), *text = luaL_checklstring(L, 2, &n);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, path);
+  luaL_addstring(&b, ".XXXXXX");
+  luaL_pushresult(&b);
+  char *tmp = (char *)lua_tostring(L, -1); /* a copy of our own, which mkstemp fills in */
+  int fd = mkstemp(tmp), ok = fd >= 0, err = errno;
+  if (ok) {
+    fchmod(fd, 0666 & ~current_umask()); /* as a created file: mkstemp's is private */
+    FILE *f = fdopen(fd, "wb");
+    if (!f) err = errno, close(fd), ok = 0;
+    else {
+      ok = fwrite(text, 1, n, f) == n;
+      if (!ok) err = errno;
+      if (fclose(f) != 0 && ok) err = errno, ok = 0;
+    }
+    if (ok && rename(tmp, path) != 0) err = errno, ok = 0;
+    if (!ok) remove(tmp);
+  }
+  if (ok) return lua_pushboolean(L, 1), 1;
+  lua_pushnil(L);
+  lua_pushstring(L, strerror(err));
+  return 2;
+}
+
 /* core.clock() -> milliseconds on a monotonic clock */
 static int l_clock(lua_State *L) {
   lua_pushnumber(L, now_ms());
@@ -122,6 +163,8 @@ int luaopen_resccl_core(lua_State *L) {
   lua_setfield(L, -2, "clock");
   lua_pushcfunction(L, l_file_kind);
   lua_setfield(L, -2, "file_kind");
+  lua_pushcfunction(L, l_write_file);
+  lua_setfield(L, -2, "write_file");
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
   l_program_open(L);

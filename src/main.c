@@ -4,6 +4,7 @@
 ** Subcommands are parsed and run by lua/resccl/cli.lua; only the REPL's
 ** line editing lives here.
 */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,7 +203,12 @@ int main(int argc, char **argv) {
   } else {
     code = (int)lua_tointeger(L, -1);
   }
-  fflush(stdout);
   lua_close(L);
+  /* Output that did not reach standard output (a full disk, a closed stream) fails the command. */
+  errno = 0;
+  if ((fflush(stdout) != 0 || ferror(stdout)) && code == 0) {
+    fprintf(stderr, "%s: cannot write to standard output%s%s\n", progname, errno ? ": " : "", errno ? strerror(errno) : "");
+    code = 1;
+  }
   return code;
 }

@@ -194,6 +194,12 @@ local function parse(argv)
     end
     return v
   end
+  -- A file name, or "-" where it may be standard output; not the next option.
+  local function file(flag)
+    local v = value(flag)
+    if v:sub(1, 1) == "-" and v ~= "-" then error(("%s needs a file name, not %s"):format(flag, v), 0) end
+    return v
+  end
   while i <= #argv do
     local a = argv[i]
     if FOR[a] and not (" " .. FOR[a] .. " "):find(" " .. o.cmd .. " ", 1, true) then
@@ -211,9 +217,9 @@ local function parse(argv)
     elseif a == "--fuse" then o.fuse = value(a, { auto = true, always = true, never = true })
     elseif a == "--emit" then o.emit = value(a, { host = true, cuda = true })
     elseif a == "--gpu" or a == "--host" then o.gpu = a == "--gpu"
-    elseif a == "-o" or a == "--output" then o.output = value(a)
-    elseif a == "--msccl-xml" then o.msccl_xml = value(a)
-    elseif a == "--plan" then o.plan = value(a)
+    elseif a == "-o" or a == "--output" then o.output = file(a)
+    elseif a == "--msccl-xml" then o.msccl_xml = file(a)
+    elseif a == "--plan" then o.plan = file(a)
     elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
     elseif a == "--sweep" then o.sweep = value(a)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
@@ -222,11 +228,11 @@ local function parse(argv)
       local n, expected = integer(v, 1, a == "--channels" and 64 or 1024)
       if not n then error(("%s %s: %s"):format(a, v, expected), 0) end
       o[a:sub(3)] = n
-    elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = value(a)
+    elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = file(a)
     elseif a == "-g" then o.ngpus = bench_number(a, value(a))
     elseif a == "--from" then
       local from = bench_number(a, value(a))
-      o.more[#o.more + 1] = { from = from, file = value(a .. " " .. argv[i]) }
+      o.more[#o.more + 1] = { from = from, file = file(a .. " " .. argv[i]) }
     elseif BENCH_SIZES[a] or BENCH_INTS[a] then o.bench[a] = bench_number(a, value(a))
     elseif a == "-d" or a == "--dtype" or a == "--op" then -- the short names plan:exec takes
       local v = value(a)

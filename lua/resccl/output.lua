@@ -13,10 +13,10 @@ local function check_target(path)
   end
 end
 
---- Write text to path ("-": standard output): into PATH.tmp, renamed over
---- PATH once every byte is written and the file closed; on any failure
---- PATH is left as it was and PATH.tmp removed. A symbolic link at PATH is
---- replaced, never its target.
+--- Write text to path ("-": standard output): into a new file of its own
+--- beside PATH, renamed over PATH once every byte is written and the file
+--- closed (core.write_file); on any failure PATH is left as it was. A
+--- symbolic link at PATH is replaced, never its target.
 ---@param path string
 ---@param text string
 function M.write(path, text)
@@ -27,16 +27,7 @@ function M.write(path, text)
     return
   end
   check_target(path)
-  local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  local ok = f
-  if f then
-    ok, err = f:write(text)
-    local closed, cerr = f:close()
-    ok, err = ok and closed, err or cerr
-    if ok then ok, err = os.rename(tmp, path) end
-    if not ok then os.remove(tmp) end
-  end
+  local ok, err = core.write_file(path, text)
   if not ok then error(("cannot write %s: %s"):format(path, err), 0) end
 end
 

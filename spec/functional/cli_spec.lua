@@ -115,6 +115,16 @@ describe("resccl", function()
       { "sim", "algorithms/allreduce_ring.lua", "--trace", path },
       { "sim", "algorithms/allreduce_ring.lua", "--svg", path },
     }
+    local function listing()
+      local p = assert(io.popen("ls -A " .. dir))
+      local names = p:read "a"
+      p:close()
+      return names
+    end
+    -- a file that happens to be where a temporary name might go is not touched
+    local g = assert(io.open(path .. ".tmp", "w"))
+    g:write "mine"
+    g:close()
     for _, args in ipairs(outputs) do
       local what = table.concat(args, " ")
       -- writes fail past 1 block (SIGXFSZ ignored: write and close report EFBIG)
@@ -125,7 +135,8 @@ describe("resccl", function()
       assert.equal(1, code, what)
       assert.equal("resccl: cannot write " .. path .. ": File too large\n", err, what)
       assert.equal("old", h.read(path), what)
-      assert.is_nil(io.open(path .. ".tmp"), what)
+      assert.equal("out\nout.tmp\n", listing(), what) -- nothing left behind
+      assert.equal("mine", h.read(path .. ".tmp"), what)
       -- a folder that does not exist
       args[#args] = dir .. "/no/out"
       code, _, err = h.cli(args)
@@ -142,6 +153,25 @@ describe("resccl", function()
     end
     assert(os.execute("test -c /dev/full && test -p " .. path .. ".fifo"))
     os.execute("rm -r " .. dir)
+  end)
+
+  it("takes no option for a file name, and fails when standard output cannot be written", function()
+    for _, args in ipairs {
+      { "compile", "algorithms/allreduce_ring.lua", "--plan", "--json" },
+      { "export", "algorithms/allreduce_ring.lua", "--msccl-xml", "--json" },
+      { "sim", "algorithms/allreduce_ring.lua", "--trace", "--json" },
+      { "import", "spec/fixtures/import/ring_ar3.xml", "-o", "--json" },
+    } do
+      local code, _, err = h.cli(args)
+      assert.equal(2, code, args[3])
+      assert.truthy(err:find(args[3] .. " needs a file name, not --json", 1, true), err)
+    end
+    assert.is_nil(io.open "--json")
+    for _, redirect in ipairs { "exec >/dev/full;", "exec >&-;" } do
+      local code, _, err = h.cli({ "compile", "algorithms/allreduce_ring.lua", "--json" }, redirect)
+      assert.equal(1, code, redirect)
+      assert.matches("^resccl: cannot write to standard output", err)
+    end
   end)
 
   it("runs the default job: verified and executed, exit 0", function()
