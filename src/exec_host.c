@@ -41,8 +41,10 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
   if (have > 0 && 2 * bytes > have)
     return err_set(e, RC_ESIZE, "count %zu: the %d ranks' buffers need %.0f MiB of host memory, more than half of "
                    "this machine's %.0f MiB", o->count, pl->prog->nranks, bytes / (1 << 20), have / (1 << 20));
-  if (o->nmicro < 1 || o->nslots < 0 || o->slot_bytes < dtype_size[o->dtype])
-    return err_set(e, RC_EINVAL, "nmicro, slots and slot size must be positive");
+  if (o->nmicro < 1 || o->nslots < 0) return err_set(e, RC_EINVAL, "nmicro and slots must be positive");
+  if (o->slot_bytes < dtype_size[o->dtype])
+    return err_set(e, RC_EINVAL, "slot_bytes=%zu holds no %s element (%zu bytes)", o->slot_bytes, dtype_name(o->dtype),
+                   dtype_size[o->dtype]);
   for (int t = 0; o->op == RED_AVG && t < pl->dag.n; t++)
     if (pl->complete[t] > 0 && pl->complete[t] < pl->dag.t[t].cnt) {
       char at[300];

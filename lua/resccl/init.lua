@@ -258,22 +258,41 @@ function Builder:rank(node, g) return node * self.gpn + g end
 -- -------------------------------------------------------------- programs
 
 -- Run fn under a CPU budget: a script that runs longer than RESCCL_BUDGET
--- seconds (default 120) is stopped with an error instead of hanging.
-local function budgeted(fn, ...)
-  local budget = tonumber(os.getenv "RESCCL_BUDGET") or 120
-  local t0 = os.clock()
+-- seconds (default 120) is stopped with an error instead of hanging. Once
+-- spent, the budget's error is raised again wherever the script is and
+-- through its pcalls (sandbox()), so that no script catches it for good.
+local spent -- the error of a spent budget, while the budgeted call unwinds
+local function budgeted(where, fn, ...)
+  local env = os.getenv "RESCCL_BUDGET"
+  local budget = tonumber(env or 120)
+  if not budget or budget <= 0 or budget ~= budget then
+    error(("RESCCL_BUDGET=%s: not a number of seconds above 0"):format(env), 0)
+  end
+  local t0, hook, mask, count = os.clock(), debug.gethook()
   debug.sethook(function()
-    if os.clock() - t0 > budget then
-      debug.sethook()
-      error(("script exceeded its budget of %g s"):format(budget), 2)
+    if spent or os.clock() - t0 > budget then
+      if not spent then -- where the script was, as error(msg, 2) would say
+        local at = debug.getinfo(2, "Sl")
+        spent = ("%sscript exceeded its budget of %g s"):format(
+          at and at.currentline > 0 and ("%s:%d: "):format(at.short_src, at.currentline) or "", budget)
+      end
+      error(spent, 0)
     end
-  end, "", 1000000)
+  end, "", 1000)
   local res = table.pack(pcall(fn, ...))
-  debug.sethook()
-  if not res[1] then error(res[2], 0) end
+  debug.sethook(hook, mask, count)
+  local over = spent
+  spent = nil
+  if over then error(over, 0) end
+  if not res[1] then
+    -- error(nil), error({}): what is raised says nothing, so say where
+    if type(res[2]) ~= "string" and type(res[2]) ~= "number" then
+      error(("%s: an error with no message (a %s value)"):format(where, type(res[2])), 0)
+    end
+    error(res[2], 0)
+  end
   return table.unpack(res, 2, res.n)
 end
-
 
 --- Resolve the topology from args: topo= wins (a preset name, a topology
 --- file ending in .lua, or a Topo), ranks= makes a flat node.
@@ -356,7 +375,7 @@ function Algorithm:program(args)
     name = self.name, collective = self.collective, ranks = t.ranks, gpn = t.gpn, chunks = chunks,
     file = self.file, line = self.line,
   }
-  budgeted(self.build, a)
+  budgeted(self.file, self.build, a)
   if a._paper and self.collective == "reducescatter" then
     for r = 0, t.ranks - 1 do
       a._prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
@@ -371,15 +390,37 @@ end
 -- ---------------------------------------------------------------- loading
 
 -- What a script may see: the DSL and the safe parts of the standard library.
+-- Libraries are its own copies and the DSL a view, so that what a script
+-- changes stays in it; no require, io, os or debug.
 local SAFE = {
-  "assert", "error", "ipairs", "next", "pairs", "pcall", "print", "rawequal", "rawget", "rawlen", "rawset",
-  "select", "setmetatable", "getmetatable", "tonumber", "tostring", "type", "xpcall", "math", "string",
-  "table", "utf8", "require",
+  "assert", "error", "ipairs", "next", "pairs", "print", "rawequal", "rawget", "rawlen", "rawset", "select",
+  "setmetatable", "tonumber", "tostring", "type",
 }
+local LIBS = { "math", "string", "table", "utf8" }
+
+-- pcall and xpcall for scripts: a spent budget is not theirs to catch.
+local function guarded(protected)
+  return function(...)
+    local res = table.pack(protected(...))
+    if spent then error(spent, 0) end
+    return table.unpack(res, 1, res.n)
+  end
+end
 
 local function sandbox()
-  local env = { resccl = M }
+  local env = { pcall = guarded(pcall), xpcall = guarded(xpcall) }
   for _, k in ipairs(SAFE) do env[k] = _G[k] end
+  for _, lib in ipairs(LIBS) do
+    env[lib] = {}
+    for k, v in pairs(_G[lib]) do env[lib][k] = v end
+  end
+  -- a string's metatable is the process's string library
+  env.getmetatable = function(v)
+    if type(v) ~= "string" then return getmetatable(v) end
+  end
+  env.resccl = setmetatable({}, { __index = M, __newindex = function(_, k)
+    error(("resccl.%s cannot be set"):format(tostring(k)), 2)
+  end })
   env._G = env
   return env
 end
@@ -393,7 +434,7 @@ function M.run_file(path)
     -- a precompiled chunk is the one thing load reports without the file's name
     error(err:match "^attempt to load" and ("%s: %s"):format(path, err) or err, 0)
   end
-  return budgeted(chunk)
+  return budgeted(path, chunk)
 end
 
 --- Load an algorithm script.

@@ -106,7 +106,12 @@ function M.presets() return core.topo_presets end
 ---@param t string|userdata
 ---@return table
 function M.params(t)
-  if type(t) == "string" then t = core.topo(t) end
+  if type(t) == "string" then
+    local ok, topo = pcall(core.topo, t) -- its error names no place in this file
+    if not ok then error(topo, 0) end
+    t = topo
+  end
+  if type(t) ~= "userdata" then error(("a preset name or a topology expected, got %s"):format(type(t)), 2) end
   return t:params()
 end
 
@@ -119,7 +124,7 @@ function M.custom(def)
   local t = {}
   if def.base then
     local ok, p = pcall(M.params, def.base)
-    if not ok then error(p, 2) end
+    if not ok then error("topology: base: " .. tostring(p), 2) end
     t = p
   end
   for k, v in pairs(def) do

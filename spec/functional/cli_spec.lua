@@ -174,6 +174,26 @@ describe("resccl", function()
     end
   end)
 
+  it("stops a script at its budget, whatever it catches", function()
+    local path = os.tmpname()
+    for _, source in ipairs {
+      "while true do pcall(function() while true do end end) end",
+      "xpcall(function() while true do end end, function() return 1 end) while true do end",
+      "for i = 1, 1e9 do local s = string.rep('x', 1e6) end",
+    } do
+      local f = assert(io.open(path, "w"))
+      f:write(source)
+      f:close()
+      local code, _, err = h.cli({ "verify", path }, "RESCCL_BUDGET=0.5")
+      assert.equal(1, code, source)
+      assert.matches("script exceeded its budget of 0.5 s", err, source)
+    end
+    os.remove(path)
+    local code, _, err = h.cli({ "verify", "algorithms/allreduce_ring.lua" }, "RESCCL_BUDGET=abc")
+    assert.equal(1, code)
+    assert.equal("resccl: RESCCL_BUDGET=abc: not a number of seconds above 0\n", err)
+  end)
+
   it("runs the default job: verified and executed, exit 0", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
     assert.equal(0, code)

@@ -236,6 +236,12 @@ describe("resccl sim on an imported file's own TBs", function()
     assert.matches("\n  ours +4 MiB +[%d.]+ ", out)
   end)
 
+  it("runs hand-placed TBs around one that has nothing to run", function()
+    local code, out = h.cli { "sim", "spec/fixtures/manual_gap.lua", "ranks=2", "--tb", "manual", "--size", "4M" }
+    assert.equal(0, code, out)
+    assert.matches("\n  ours +4 MiB +[%d.]+ ", out)
+  end)
+
   it("refuses FIFOs smaller than the verifier's two tiles", function()
     local code, _, err = h.cli { "sim", ring, "--tb", "manual", "--order", "algorithm", "--depth", "1" }
     assert.equal(1, code)

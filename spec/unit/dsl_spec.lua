@@ -159,6 +159,32 @@ describe("resccl.load", function()
     os.remove(path)
     assert.matches(":1: attempt to index a nil value %(global 'os'%)", err)
   end)
+
+  -- Run `source` as a script; its error.
+  local function script_err(source)
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write(source)
+    f:close()
+    local ok, err = pcall(resccl.run_file, path)
+    os.remove(path)
+    assert.is_false(ok)
+    return err
+  end
+
+  it("gives scripts no way out of the sandbox, and their own copies of the libraries", function()
+    assert.matches("attempt to call a nil value %(global 'require'%)", script_err 'require("os")')
+    assert.matches("attempt to index a nil value", script_err 'getmetatable("").__index.format = nil')
+    assert.matches("resccl.load cannot be set", script_err "resccl.load = nil")
+    script_err "string.format, table.concat, math.floor = nil, nil, nil error 'x'"
+    assert.equal("1.5", string.format("%.1f", 1.5))
+    assert.is_function(table.concat)
+    assert.is_function(math.floor)
+  end)
+
+  it("names a script that raises no message", function()
+    assert.matches(": an error with no message %(a table value%)$", script_err "error({})")
+  end)
 end)
 
 describe("manual placement", function()
