@@ -161,6 +161,10 @@ static int l_program_hint(lua_State *L) {
   lua_Integer i = luaL_checkinteger(L, 2);
   luaL_argcheck(L, i >= 1 && i <= p->nxf, 2, "no such transfer");
   TbHint h = {l_checkint(L, 3), l_checkint(L, 4), l_checkint(L, 5), l_checkint(L, 6), l_optint(L, 7, -1)};
+  /* lowering keys TBs and steps by 20 bits and channels by 10 (lower.c) */
+  luaL_argcheck(L, h.stb >= -1 && h.stb < 1 << 20 && h.rtb >= -1 && h.rtb < 1 << 20, 3, "TB out of range");
+  luaL_argcheck(L, h.sstep >= -1 && h.sstep < 1 << 20 && h.rstep >= -1 && h.rstep < 1 << 20, 4, "step out of range");
+  luaL_argcheck(L, h.chan >= -1 && h.chan < 1024, 7, "channel out of range");
   prog_hint(p, (int)i - 1, h);
   return 0;
 }

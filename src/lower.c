@@ -58,12 +58,22 @@ static int prim_at(const Plan *pl, int t, int r) {
   return pl->dag.t[t].src == r ? pl->task_send[t] : pl->task_recv[t];
 }
 
+/* Is u a successor of t in the DAG? */
+static int follows(const Dag *d, int t, int u) {
+  for (int j = d->succ_off[t]; j < d->succ_off[t + 1]; j++)
+    if (d->succ[j] == u) return 1;
+  return 0;
+}
+
 /* Can the arrival of t (a receive, or a local copy) fuse with the send of u,
-   which forwards what t wrote? `sameslot`: only within one sub-pipeline. */
+   which forwards what t wrote? u must come after t: a send that reads the
+   buffer before t overwrites it (placed at t's TB and step by hand) would
+   forward t's value instead. `sameslot`: only within one sub-pipeline. */
 static int fusable(const Plan *pl, int t, int u, const char *fused, int sameslot) {
   const Dag *d = &pl->dag;
   const Task *a = &d->t[t], *b = &d->t[u];
-  if (b->src != a->dst || b->dst == b->src || b->sbuf != a->dbuf || b->sidx != a->didx || b->cnt != a->cnt)
+  if (b->src != a->dst || b->dst == b->src || b->sbuf != a->dbuf || b->sidx != a->didx || b->cnt != a->cnt ||
+      !follows(d, t, u))
     return 0;
   if (a->src == a->dst && a->op != OP_COPY) return 0;
   if ((sameslot && pl->sched.slot[u] != pl->sched.slot[t]) || fused[pl->task_send[u]] || fused[pl->task_recv[t]])

@@ -419,6 +419,17 @@ static void split_ranges(Plan *pl, const Access *x, const int *pair, int npair) 
 static rcStatus races(Plan *pl, Err *e) {
   const Program *p = pl->prog;
   int np = pl->np;
+  /* A fused primitive forwards what it just received or copied: the task it
+     forwards must read that value, after the arrival in the post-condition's order. */
+  for (int i = 0; i < np; i++) {
+    const Prim *q = &pl->p[i];
+    int fused = q->kind == PR_RCS || q->kind == PR_RRCS || q->kind == PR_RRS || q->kind == PR_CS;
+    if (fused && pl->sched.pos[q->tout] < pl->sched.pos[q->tin]) {
+      char at[300];
+      return err_set(e, RC_EVERIFY, "%s: its send is fused with a later arrival, whose value it would forward",
+                     plan_task_where(pl, q->tout, at, sizeof at));
+    }
+  }
   Accesses x = {pl, {0, {0}}, NULL, NULL, 0};
   for (int b = 0; b < NBUF; b++) x.L.off[b] = x.L.per, x.L.per += prog_bufchunks(p, b);
   size_t nloc = (size_t)p->nranks * (size_t)x.L.per;

@@ -192,7 +192,8 @@ function Builder:chunk(rank, buf, index, count)
   return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, Ref)
 end
 
-local PLACE = { sendtb = true, recvtb = true, ch = true, sendstep = true, recvstep = true }
+-- Placement keys and their largest values (a plan has at most 1024 TBs a rank, core.h's MAX_TBS).
+local PLACE = { sendtb = 1023, recvtb = 1023, ch = 1023, sendstep = (1 << 20) - 1, recvstep = (1 << 20) - 1 }
 
 -- Manual placement, as MSCCLang's sendtb/recvtb/ch: record where the sending
 -- and receiving ranks run this transfer. Steps default to the next free step
@@ -202,7 +203,9 @@ local function place(a, fn, first, n, src, dst, at)
   if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
   for k, v in pairs(at) do
     if not PLACE[k] then error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(k), 3) end
-    if not isint(v) or v < 0 then error(("placement %s must be a non-negative integer"):format(k), 3) end
+    if not isint(v) or v < 0 or v > PLACE[k] then
+      error(("placement %s must be an integer from 0 to %d"):format(k, PLACE[k]), 3)
+    end
   end
   if at.sendtb == nil or (src ~= dst and at.recvtb == nil) then
     error(("placement needs sendtb%s"):format(src ~= dst and " and recvtb" or ""), 3)
@@ -211,6 +214,7 @@ local function place(a, fn, first, n, src, dst, at)
   local function step(rank, tb, explicit)
     local key = rank * 65536 + tb
     local s = explicit or steps[key] or 0
+    if s > PLACE.sendstep then error(("rank %d tb %d: more than %d steps"):format(rank, tb, PLACE.sendstep + 1), 4) end
     steps[key] = math.max(steps[key] or 0, s + 1)
     return s
   end

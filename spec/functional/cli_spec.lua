@@ -379,6 +379,29 @@ describe("bad input", function()
       "(spec/fixtures/fused_twice.lua:11, micro-batch 2) waits for FIFO space on rank 2 -> rank 1\n", out:match "^[^\n]*\n")
   end)
 
+  it("fuses a hand-placed send only with an arrival it comes after", function()
+    for _, order in ipairs { "task", "algorithm" } do
+      local code, out = h.cli { "run", "--host", "spec/fixtures/manual_war.lua", "ranks=2", "--tb", "manual", "--order",
+        order }
+      assert.equal(0, code, out)
+      assert.matches("exec +f32 sum count=%d+ nmicro=4: max error 0, 0 wrong", out)
+    end
+  end)
+
+  it("refuses placements past what a plan holds, at the script's line", function()
+    local path = os.tmpname()
+    for key, max in pairs { ch = 1023, sendstep = 1048575, sendtb = 1023 } do
+      local f = assert(io.open(path, "w"))
+      f:write(('return resccl.algorithm { name = "x", collective = "allgather", build = function(a)\n' ..
+        '  a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 0, recvtb = 0, %s = %d })\nend }\n'):format(key, max + 1))
+      f:close()
+      local code, _, err = h.cli { "verify", path, "ranks=2", "--tb", "manual" }
+      assert.equal(1, code, key)
+      assert.equal(("resccl: %s:2: placement %s must be an integer from 0 to %d\n"):format(path, key, max), err)
+    end
+    os.remove(path)
+  end)
+
   it("refuses manual placement when a transfer has none", function()
     local code, _, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--tb", "manual" }
     assert.equal(1, code)
