@@ -381,37 +381,6 @@ __device__ static inline void rx_apply(RxVec<__nv_bfloat16> (&x)[K], const RxVec
   rx_apply_pairs<OP>(x, y);
 }
 
-/* x[k] / div element by element (avg's last step). */
-template <typename T, int K> __device__ static inline void rx_divide(RxVec<T> (&x)[K], int div) {
-#pragma unroll
-  for (int k = 0; k < K; k++)
-#pragma unroll
-    for (int j = 0; j < (int)(16 / sizeof(T)); j++) x[k].e[j] = rx_div(x[k].e[j], div);
-}
-
-/* f16 and bf16 two at a time, the same values as rx_div gives: a pair
-   widened to two floats and rounded back in one conversion
-   (cvt.rn.bf16x2.f32), where element by element took a conversion each way
-   and a repacking. */
-__device__ static inline float2 rx_widen(__half2 v) { return __half22float2(v); }
-__device__ static inline float2 rx_widen(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-__device__ static inline __half2 rx_narrow(float2 f, __half2) { return __floats2half2_rn(f.x, f.y); }
-__device__ static inline __nv_bfloat162 rx_narrow(float2 f, __nv_bfloat162) { return __floats2bfloat162_rn(f.x, f.y); }
-template <typename H, int K> __device__ static inline void rx_divide_pairs(RxVec<H> (&x)[K], int div) {
-#pragma unroll
-  for (int k = 0; k < K; k++)
-#pragma unroll
-    for (int j = 0; j < 8; j += 2) {
-      const auto p = rx_two(x[k].e[j], x[k].e[j + 1]);
-      const float2 f = rx_widen(p);
-      rx_untwo(rx_narrow(make_float2(rx_div(f.x, div), rx_div(f.y, div)), p), &x[k].e[j]);
-    }
-}
-template <int K> __device__ static inline void rx_divide(RxVec<__half> (&x)[K], int div) { rx_divide_pairs(x, div); }
-template <int K> __device__ static inline void rx_divide(RxVec<__nv_bfloat16> (&x)[K], int div) {
-  rx_divide_pairs(x, div);
-}
-
 /* x = x (op) y over K vectors, divided by div unless it is 0: the op is
    chosen once per K vectors, not per element (which made NVRTC six times
    slower and cost registers). */
@@ -423,7 +392,11 @@ __device__ static inline void rx_combine(int op, int div, RxVec<T> (&x)[K], cons
   case RX_MIN: rx_apply<RX_MIN>(x, y); break;
   default: rx_apply<RX_SUM>(x, y); break;
   }
-  if (div) rx_divide(x, div);
+  if (div)
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+      for (int j = 0; j < (int)(16 / sizeof(T)); j++) x[k].e[j] = rx_div(x[k].e[j], div);
 }
 
 /* out[i] = operand[i] (+) in[i], divided by div unless it is 0; the block
