@@ -233,8 +233,7 @@ describe("manual placement", function()
       name = "bad_place3", collective = "allgather",
       build = function(a) a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 2000000000, recvtb = 0 }) end,
     }
-    local prog, topo = bad:program { ranks = 2 }
-    local _, err = resccl.compile(prog, topo, { tb = "manual" })
-    assert.matches("dsl_spec.lua:%d+: sending TB 2000000000 out of range %(at most 1024 TBs per rank%)", err)
+    assert.matches("dsl_spec.lua:%d+: placement sendtb must be an integer from 0 to 1023",
+      h.pcall_err(bad.program, bad, { ranks = 2 }))
   end)
 end)
