@@ -112,14 +112,11 @@ static mode_t current_umask(void) {
    was there, nor a link's target), then renamed over path; on a failure
    path is as it was and nothing is left behind. */
 static int l_write_file(lua_State *L) {
-  size_t n;
-  const char *path = luaL_checkstring(L, 1), *text = luaL_checklstring(L, 2, &n);
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  luaL_addstring(&b, path);
-  luaL_addstring(&b, ".XXXXXX");
-  luaL_pushresult(&b);
-  char *tmp = (char *)lua_tostring(L, -1); /* a copy of our own, which mkstemp fills in */
+  size_t n, len;
+  const char *path = luaL_checklstring(L, 1, &len), *text = luaL_checklstring(L, 2, &n);
+  char *tmp = lua_newuserdatauv(L, len + sizeof ".XXXXXX", 0); /* mkstemp fills in the X's: not a Lua string */
+  memcpy(tmp, path, len);
+  memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
   int fd = mkstemp(tmp), ok = fd >= 0, err = errno;
   if (ok) {
     fchmod(fd, 0666 & ~current_umask()); /* as a created file: mkstemp's is private */
