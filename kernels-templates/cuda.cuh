@@ -258,11 +258,13 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
    operand) and 40 with 16, what an SM moves at most (tools/probe-reduce.cu):
    16 for reductions gained 11-15% on reduce-scatter from 128 MiB and 3-6%
    with the copy engine pushing, 16 for copies lost 7% on all-gather
-   (BENCHMARKS.md). 16 takes NVRTC about 1.4x as long; the launch bound
-   keeps it within RX_THREADS threads' registers. -DRX_UNROLL=8 in
-   RESCCL_NVRTC_OPTIONS asks for fewer. */
+   (BENCHMARKS.md). 16 takes NVRTC about 1.4x as long. Blocks of 1024
+   threads get 8, the same loads in flight a block: with 16 their 64
+   registers a thread spilled, and a bf16 reduce-scatter fell from 269 to
+   119 GB/s on one H200. -DRX_UNROLL=8 in RESCCL_NVRTC_OPTIONS asks for
+   fewer. */
 #ifndef RX_UNROLL
-#define RX_UNROLL 16
+#define RX_UNROLL (RX_THREADS > 512 ? 8 : 16)
 #endif
 #ifndef RX_UNROLL_COPY
 #define RX_UNROLL_COPY 8
