@@ -58,6 +58,13 @@ function M.import_verdict(i, count)
   return table.concat(out, ",")
 end
 
+--- Write a whole file.
+function M.write(path, text)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+end
+
 --- Read a whole file.
 function M.read(path)
   local f = assert(io.open(path, "rb"))

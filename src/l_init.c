@@ -2,15 +2,13 @@
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
 ** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
 */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "lbind.h"
+#include "wfile.h"
 
 #ifndef RESCCL_VERSION
 #define RESCCL_VERSION "0.1.0"
@@ -107,30 +105,13 @@ static mode_t current_umask(void) {
   return m;
 }
 
-/* core.write_file(path, text) -> true, or nil, message: the text written
-   whole into a new file of its own beside path (mkstemp: never one that
-   was there, nor a link's target), then renamed over path; on a failure
-   path is as it was and nothing is left behind. */
+/* core.write_file(path, text) -> true, or nil, message: wfile_write, with
+   the mode a created file gets. */
 static int l_write_file(lua_State *L) {
-  size_t n, len;
-  const char *path = luaL_checklstring(L, 1, &len), *text = luaL_checklstring(L, 2, &n);
-  char *tmp = lua_newuserdatauv(L, len + sizeof ".XXXXXX", 0); /* mkstemp fills in the X's: not a Lua string */
-  memcpy(tmp, path, len);
-  memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
-  int fd = mkstemp(tmp), ok = fd >= 0, err = errno;
-  if (ok) {
-    fchmod(fd, 0666 & ~current_umask()); /* as a created file: mkstemp's is private */
-    FILE *f = fdopen(fd, "wb");
-    if (!f) err = errno, close(fd), ok = 0;
-    else {
-      ok = fwrite(text, 1, n, f) == n;
-      if (!ok) err = errno;
-      if (fclose(f) != 0 && ok) err = errno, ok = 0;
-    }
-    if (ok && rename(tmp, path) != 0) err = errno, ok = 0;
-    if (!ok) remove(tmp);
-  }
-  if (ok) return lua_pushboolean(L, 1), 1;
+  size_t n;
+  const char *path = luaL_checkstring(L, 1), *text = luaL_checklstring(L, 2, &n);
+  int err = wfile_write(path, text, n, 0666 & ~current_umask());
+  if (!err) return lua_pushboolean(L, 1), 1;
   lua_pushnil(L);
   lua_pushstring(L, strerror(err));
   return 2;

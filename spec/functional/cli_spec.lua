@@ -122,9 +122,7 @@ describe("resccl", function()
       return names
     end
     -- a file that happens to be where a temporary name might go is not touched
-    local g = assert(io.open(path .. ".tmp", "w"))
-    g:write "mine"
-    g:close()
+    h.write(path .. ".tmp", "mine")
     for _, args in ipairs(outputs) do
       local what = table.concat(args, " ")
       -- writes fail past 1 block (SIGXFSZ ignored: write and close report EFBIG)
@@ -181,9 +179,7 @@ describe("resccl", function()
       "xpcall(function() while true do end end, function() return 1 end) while true do end",
       "for i = 1, 1e9 do local s = string.rep('x', 1e6) end",
     } do
-      local f = assert(io.open(path, "w"))
-      f:write(source)
-      f:close()
+      h.write(path, source)
       local code, _, err = h.cli({ "verify", path }, "RESCCL_BUDGET=0.5")
       assert.equal(1, code, source)
       assert.matches("script exceeded its budget of 0.5 s", err, source)
@@ -391,10 +387,8 @@ describe("bad input", function()
   it("refuses placements past what a plan holds, at the script's line", function()
     local path = os.tmpname()
     for key, max in pairs { ch = 1023, sendstep = 1048575, sendtb = 1023 } do
-      local f = assert(io.open(path, "w"))
-      f:write(('return resccl.algorithm { name = "x", collective = "allgather", build = function(a)\n' ..
+      h.write(path, ('return resccl.algorithm { name = "x", collective = "allgather", build = function(a)\n' ..
         '  a:chunk(0, "input", 0):copy(1, "output", 0, { sendtb = 0, recvtb = 0, %s = %d })\nend }\n'):format(key, max + 1))
-      f:close()
       local code, _, err = h.cli { "verify", path, "ranks=2", "--tb", "manual" }
       assert.equal(1, code, key)
       assert.equal(("resccl: %s:2: placement %s must be an integer from 0 to %d\n"):format(path, key, max), err)

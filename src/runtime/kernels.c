@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "runtime.h"
+#include "../wfile.h"
 
 static uint64_t fnv1a(const char *s, size_t n) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -105,19 +105,7 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, unsigned dtypes
   clock_gettime(CLOCK_MONOTONIC, &t1);
   INFO("NVRTC built sm_%d kernel (%zu bytes of source) in %.0f ms", arch, strlen(src),
        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-  if (*cached) { /* into the cache atomically: written aside, a file of its own, then renamed */
-    char tmp[720];
-    snprintf(tmp, sizeof tmp, "%s.XXXXXX", cached);
-    int fd = mkstemp(tmp);
-    if (fd >= 0) fchmod(fd, 0644); /* as any cache file: mkstemp's is private */
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (fd >= 0 && !f) close(fd);
-    if (f) {
-      int ok = fwrite(*cubin, 1, *n, f) == *n;
-      ok = fclose(f) == 0 && ok;
-      if (!ok || rename(tmp, cached) != 0) remove(tmp);
-    }
-  }
+  if (*cached) wfile_write(cached, *cubin, *n, 0644); /* into the cache whole, or not at all */
   return resccl_success;
 }
 
