@@ -47,7 +47,7 @@ typedef struct {
 
 const char *rc_name(rcStatus rc);
 rcStatus err_set(Err *e, rcStatus rc, const char *fmt, ...);
-void *xmalloc(size_t n);   /* abort()s only on allocation failure */
+void *xmalloc(size_t n); /* on allocation failure: a message, exit status 4 */
 void *xcalloc(size_t n, size_t sz);
 void *xrealloc(void *p, size_t n);
 double now_ms(void);
@@ -82,6 +82,9 @@ typedef enum { BUF_INPUT, BUF_OUTPUT, BUF_SCRATCH, NBUF } BufKind;
 typedef enum { OP_COPY, OP_REDUCE } XferOp;
 /* Chunk indices and counts of a transfer, and every rank's scratch chunks together, stay under this. */
 #define MAX_CHUNKS (1 << 24)
+/* Transfers of a program, once cut at blocks: 2.1 million for the 1024-rank
+   HM all-reduce; each costs some 320 bytes through compilation. */
+#define MAX_XFERS (1 << 24)
 /* TBs of a rank in a manual placement (a GPU holds fewer resident blocks). */
 #define MAX_TBS 1024
 

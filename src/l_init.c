@@ -3,7 +3,9 @@
 ** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
 */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -117,6 +119,65 @@ static int l_write_file(lua_State *L) {
   return 2;
 }
 
+/*
+** The CLI's Lua states allocate through l_alloc, which counts what they hold
+** so that a script's memory can be capped (core.memory_cap): a script that
+** builds strings or tables without end fails with a memory error instead of
+** exhausting the machine. Only growth is refused; Lua never lets a shrink fail.
+*/
+typedef struct {
+  size_t used, limit; /* bytes held; growth past limit is refused */
+  int refused;        /* an allocation was refused since the cap was set */
+} MemCap;
+
+static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  MemCap *m = ud;
+  if (!ptr) osize = 0; /* osize is then the kind of object, not a size */
+  if (nsize == 0) return free(ptr), m->used -= osize, NULL;
+  if (nsize > osize && nsize - osize > m->limit - m->used) return m->refused = 1, NULL;
+  void *q = realloc(ptr, nsize);
+  if (q) m->used += nsize - osize; /* unsigned: wraps back for a shrink */
+  return q;
+}
+
+lua_State *l_newstate(void) {
+  MemCap *m = malloc(sizeof *m);
+  if (!m) return NULL;
+  *m = (MemCap){0, SIZE_MAX, 0};
+  lua_State *L = lua_newstate(l_alloc, m);
+  if (!L) free(m);
+  return L;
+}
+
+void l_close(lua_State *L) {
+  void *m;
+  lua_getallocf(L, &m);
+  lua_close(L);
+  free(m);
+}
+
+/* core.memory_cap(bytes) lets the state hold at most bytes more than it does
+   now; core.memory_cap() lifts the cap. Returns false where the state does
+   not allocate through l_alloc (resccl.core in a stock lua5.4). */
+static int l_memory_cap(lua_State *L) {
+  void *ud;
+  lua_Alloc f = lua_getallocf(L, &ud);
+  lua_Number n = luaL_optnumber(L, 1, -1);
+  if (f != l_alloc) return lua_pushboolean(L, 0), 1;
+  MemCap *m = ud;
+  m->limit = n < 0 || n >= (lua_Number)(SIZE_MAX - m->used) ? SIZE_MAX : m->used + (size_t)n;
+  m->refused = 0;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* core.memory_refused() -> true when an allocation was refused under the cap */
+static int l_memory_refused(lua_State *L) {
+  void *ud;
+  lua_pushboolean(L, lua_getallocf(L, &ud) == l_alloc && ((MemCap *)ud)->refused);
+  return 1;
+}
+
 /* core.clock() -> milliseconds on a monotonic clock */
 static int l_clock(lua_State *L) {
   lua_pushnumber(L, now_ms());
@@ -139,6 +200,10 @@ int luaopen_resccl_core(lua_State *L) {
   lua_newtable(L); /* stack: module */
   lua_pushcfunction(L, l_clock);
   lua_setfield(L, -2, "clock");
+  lua_pushcfunction(L, l_memory_cap);
+  lua_setfield(L, -2, "memory_cap");
+  lua_pushcfunction(L, l_memory_refused);
+  lua_setfield(L, -2, "memory_refused");
   lua_pushcfunction(L, l_file_kind);
   lua_setfield(L, -2, "file_kind");
   lua_pushcfunction(L, l_write_file);

@@ -45,6 +45,9 @@ void l_plan_open(lua_State *L);
 void l_sim_open(lua_State *L);     /* adds to Topo and Plan; after the two above */
 
 int luaopen_resccl_core(lua_State *L);
+/* A Lua state whose memory core.memory_cap can cap, and its closing. */
+lua_State *l_newstate(void);
+void l_close(lua_State *L);
 /* Put dir/?.lua and dir/?/init.lua first on package.path and preload resccl.core. */
 void l_setup(lua_State *L, const char *dir);
 

@@ -189,7 +189,7 @@ static int pmain(lua_State *L) {
 
 int main(int argc, char **argv) {
   if (argv[0] && argv[0][0]) progname = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-  lua_State *L = luaL_newstate();
+  lua_State *L = l_newstate();
   if (!L) return report_error("cannot create a Lua state: not enough memory"), 1;
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);
@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
   } else {
     code = (int)lua_tointeger(L, -1);
   }
-  lua_close(L);
+  l_close(L);
   /* Output that did not reach standard output (a full disk, a closed stream) fails the command. */
   errno = 0;
   if ((fflush(stdout) != 0 || ferror(stdout)) && code == 0) {

@@ -104,14 +104,18 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
   if (x->src == x->dst && x->sbuf == x->dbuf && x->sidx < x->didx + x->cnt && x->didx < x->sidx + x->cnt &&
       !(x->sidx == x->didx && x->op == OP_COPY))
     return err_set(e, RC_EINVAL, "%s: source and destination overlap on rank %d", at, x->src);
-  for (int k = 0; k < 2; k++)
-    if (b[k] == BUF_SCRATCH && idx[k] + x->cnt > p->scratch_chunks) p->scratch_chunks = idx[k] + x->cnt;
   /* A transfer never crosses a block (see rx_tile): cut it where either end does. */
   Xfer part = *x;
+  int nxf0 = p->nxf;
   while (part.cnt > 0) {
     int C = p->chunks, n = part.cnt;
     if (C - part.sidx % C < n) n = C - part.sidx % C;
     if (C - part.didx % C < n) n = C - part.didx % C;
+    if (p->nxf == MAX_XFERS) {
+      p->nxf = nxf0;
+      return err_set(e, RC_EINVAL, "%s: program has more than %d transfers (cut at blocks of %d chunks)", at, MAX_XFERS,
+                     p->chunks);
+    }
     Xfer piece = part;
     piece.cnt = n;
     int cap = p->capxf;
@@ -122,6 +126,8 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
     }
     part.sidx += n, part.didx += n, part.cnt -= n;
   }
+  for (int k = 0; k < 2; k++)
+    if (b[k] == BUF_SCRATCH && idx[k] + x->cnt > p->scratch_chunks) p->scratch_chunks = idx[k] + x->cnt;
   return RC_OK;
 }
 

@@ -30,32 +30,22 @@ rcStatus err_set(Err *e, rcStatus rc, const char *fmt, ...) {
   return rc;
 }
 
-void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
+/* Out of memory in the compiler: the command fails as a Lua memory error
+   does (exit status 4), with no core dump; outputs are written whole or not
+   at all (wfile), so nothing is left half-written. */
+static void *checked(void *p) {
   if (!p) {
     fputs("resccl: out of memory\n", stderr);
-    abort();
+    exit(4);
   }
   return p;
 }
 
-void *xcalloc(size_t n, size_t sz) {
-  void *p = calloc(n ? n : 1, sz ? sz : 1);
-  if (!p) {
-    fputs("resccl: out of memory\n", stderr);
-    abort();
-  }
-  return p;
-}
+void *xmalloc(size_t n) { return checked(malloc(n ? n : 1)); }
 
-void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n ? n : 1);
-  if (!p) {
-    fputs("resccl: out of memory\n", stderr);
-    abort();
-  }
-  return p;
-}
+void *xcalloc(size_t n, size_t sz) { return checked(calloc(n ? n : 1, sz ? sz : 1)); }
+
+void *xrealloc(void *p, size_t n) { return checked(realloc(p, n ? n : 1)); }
 
 double now_ms(void) {
   struct timespec ts;

@@ -115,6 +115,11 @@ u64|f16|f32|f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
 op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
 the algorithm's own parameters.
 topology presets: TOPOLOGIES
+
+Scripts run in a sandbox, under RESCCL_BUDGET seconds of CPU (default 120)
+and RESCCL_MEMORY MiB of Lua memory (default 4096).
+exit status: 0 when all that was asked held; 1 an error in the input, or a
+check that failed; 2 a bad command line; 4 out of memory.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }

@@ -261,20 +261,43 @@ function Builder:rank(node, g) return node * self.gpn + g end
 
 -- -------------------------------------------------------------- programs
 
--- Run fn under a CPU budget: a script that runs longer than RESCCL_BUDGET
--- seconds (default 120) is stopped with an error instead of hanging. Once
--- spent, the budget's error is raised again wherever the script is and
--- through its pcalls (sandbox()), so that no script catches it for good.
-local spent -- the error of a spent budget, while the budgeted call unwinds
-local function budgeted(where, fn, ...)
-  local env = os.getenv "RESCCL_BUDGET"
-  local budget = tonumber(env or 120)
-  if not budget or budget <= 0 or budget ~= budget then
-    error(("RESCCL_BUDGET=%s: not a number of seconds above 0"):format(env), 0)
+-- Run fn under a CPU budget and a memory cap: a script that runs longer than
+-- RESCCL_BUDGET seconds (default 120), or holds more than RESCCL_MEMORY MiB
+-- of Lua memory (default 4096; what it records into the program is counted
+-- there, not here), is stopped with an error instead of hanging or
+-- exhausting the machine. Once either is spent, its error is raised again
+-- wherever the script is and through its pcalls (sandbox()), so that no
+-- script catches it for good.
+local spent -- the error of a spent budget or cap, while the budgeted call unwinds
+local memory -- the cap's message while a script runs
+local function setting(name, default, unit)
+  local env = os.getenv(name)
+  local v = tonumber(env or default)
+  if not v or v <= 0 or v ~= v or v == math.huge then
+    error(("%s=%s: not a number of %s above 0"):format(name, env, unit), 0)
   end
+  return v
+end
+
+-- Has the script hit the memory cap? Then the cap is lifted, so that the
+-- error can be made and the script unwinds under the CPU budget alone.
+local function over_memory()
+  if not spent and core.memory_refused() then
+    core.memory_cap()
+    spent = memory
+  end
+  return spent
+end
+
+local depth = 0 -- budgeted calls running (a script may compile another)
+local function budgeted(where, fn, ...)
+  if depth > 0 then return fn(...) end -- already under the outer call's budget and cap
+  local budget = setting("RESCCL_BUDGET", 120, "seconds")
+  local mib = setting("RESCCL_MEMORY", 4096, "MiB")
+  memory = ("%s: script exceeded its memory cap of %g MiB (RESCCL_MEMORY)"):format(where, mib)
   local t0, hook, mask, count = os.clock(), debug.gethook()
   debug.sethook(function()
-    if spent or os.clock() - t0 > budget then
+    if over_memory() or os.clock() - t0 > budget then
       if not spent then -- where the script was, as error(msg, 2) would say
         local at = debug.getinfo(2, "Sl")
         spent = ("%sscript exceeded its budget of %g s"):format(
@@ -283,7 +306,12 @@ local function budgeted(where, fn, ...)
       error(spent, 0)
     end
   end, "", 1000)
+  core.memory_cap(mib * 1048576)
+  depth = 1
   local res = table.pack(pcall(fn, ...))
+  depth = 0
+  over_memory()
+  core.memory_cap()
   debug.sethook(hook, mask, count)
   local over = spent
   spent = nil
@@ -401,12 +429,17 @@ local SAFE = {
   "setmetatable", "tonumber", "tostring", "type",
 }
 local LIBS = { "math", "string", "table", "utf8" }
+-- and of resccl.core: nothing that touches files or the caps
+local CORE = {
+  "version", "clock", "topo_presets", "program", "topo", "topo_flat", "topo_custom", "compile", "dtype", "redop",
+  "gpus",
+}
 
--- pcall and xpcall for scripts: a spent budget is not theirs to catch.
+-- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch.
 local function guarded(protected)
   return function(...)
     local res = table.pack(protected(...))
-    if spent then error(spent, 0) end
+    if over_memory() then error(spent, 0) end
     return table.unpack(res, 1, res.n)
   end
 end
@@ -422,7 +455,12 @@ local function sandbox()
   env.getmetatable = function(v)
     if type(v) ~= "string" then return getmetatable(v) end
   end
-  env.resccl = setmetatable({}, { __index = M, __newindex = function(_, k)
+  local view = {}
+  for _, k in ipairs(CORE) do view[k] = core[k] end
+  env.resccl = setmetatable({}, { __index = function(_, k)
+    if k == "core" then return view end
+    return M[k]
+  end, __newindex = function(_, k)
     error(("resccl.%s cannot be set"):format(tostring(k)), 2)
   end })
   env._G = env

@@ -190,6 +190,34 @@ describe("resccl", function()
     assert.equal("resccl: RESCCL_BUDGET=abc: not a number of seconds above 0\n", err)
   end)
 
+  it("stops a script at its memory cap, whatever it catches, and a script nested in it", function()
+    local path, inner = os.tmpname(), os.tmpname()
+    h.write(inner, "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1e5) .. i end")
+    for _, source in ipairs {
+      "local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1e5) .. i end",
+      "local t = {} while true do pcall(function() for i = 1, 1e9 do t[#t + 1] = {i, i} end end) end",
+      "local s = string.rep('x', 1 << 30)",
+      ("resccl.run_file(%q)"):format(inner),
+    } do
+      h.write(path, source)
+      local code, _, err = h.cli({ "verify", path }, "RESCCL_MEMORY=64")
+      assert.equal(1, code, source)
+      assert.equal(("resccl: %s: script exceeded its memory cap of 64 MiB (RESCCL_MEMORY)\n"):format(path), err, source)
+    end
+    -- what a script records is bounded in C: 2^24 transfers, here in three calls
+    h.write(path, [[return resccl.algorithm { name = "big", collective = "allgather", chunks = 1, build = function(a)
+      for k = 1, 3 do a:chunk(0, "scratch", 0, (1 << 24) // a.ranks):copy(1, "scratch", 0) end
+    end }]])
+    local code, _, err = h.cli { "verify", path, "ranks=2" }
+    assert.equal(1, code)
+    assert.equal(("resccl: %s:2: program has more than 16777216 transfers (cut at blocks of 1 chunks)\n"):format(path), err)
+    os.remove(path)
+    os.remove(inner)
+    code, _, err = h.cli({ "verify", "algorithms/allreduce_ring.lua" }, "RESCCL_MEMORY=-1")
+    assert.equal(1, code)
+    assert.equal("resccl: RESCCL_MEMORY=-1: not a number of MiB above 0\n", err)
+  end)
+
   it("runs the default job: verified and executed, exit 0", function()
     local code, out = h.cli { "run", "algorithms/allreduce_ring.lua", "ranks=8" }
     assert.equal(0, code)

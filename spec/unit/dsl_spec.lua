@@ -174,6 +174,13 @@ describe("resccl.load", function()
     assert.matches("attempt to call a nil value %(global 'require'%)", script_err 'require("os")')
     assert.matches("attempt to index a nil value", script_err 'getmetatable("").__index.format = nil')
     assert.matches("resccl.load cannot be set", script_err "resccl.load = nil")
+    -- of the core, what touches no file and no cap
+    local path = os.tmpname()
+    os.remove(path)
+    assert.matches("field 'write_file'", script_err(("resccl.core.write_file(%q, 'x')"):format(path)))
+    assert.is_nil(io.open(path))
+    assert.matches("field 'memory_cap'", script_err "resccl.core.memory_cap()")
+    assert.matches("x f16$", script_err "error('x ' .. resccl.core.dtype('half'))")
     script_err "string.format, table.concat, math.floor = nil, nil, nil error 'x'"
     assert.equal("1.5", string.format("%.1f", 1.5))
     assert.is_function(table.concat)
