@@ -451,18 +451,23 @@ local function sandbox()
     env[lib] = {}
     for k, v in pairs(_G[lib]) do env[lib][k] = v end
   end
-  -- a string's metatable is the process's string library
-  env.getmetatable = function(v)
-    if type(v) ~= "string" then return getmetatable(v) end
-  end
   local view = {}
   for _, k in ipairs(CORE) do view[k] = core[k] end
-  env.resccl = setmetatable({}, { __index = function(_, k)
+  local proxy = { __index = function(_, k)
     if k == "core" then return view end
     return M[k]
   end, __newindex = function(_, k)
     error(("resccl.%s cannot be set"):format(tostring(k)), 2)
-  end })
+  end }
+  env.resccl = setmetatable({}, proxy)
+  -- Metatables the process shares (strings', programs' and plans', the
+  -- DSL's classes) are not the script's to change: through them it could
+  -- change what the command reports of other scripts or of its own plan.
+  local shared = { [proxy] = true, [Algorithm] = true, [Builder] = true, [Ref] = true }
+  env.getmetatable = function(v)
+    local mt = type(v) == "table" and getmetatable(v) or nil
+    if not shared[mt] then return mt end
+  end
   env._G = env
   return env
 end

@@ -181,6 +181,11 @@ describe("resccl.load", function()
     assert.is_nil(io.open(path))
     assert.matches("field 'memory_cap'", script_err "resccl.core.memory_cap()")
     assert.matches("x f16$", script_err "error('x ' .. resccl.core.dtype('half'))")
+    -- shared metatables: none to change
+    assert.matches("x nil nil nil nil$", script_err [[local t = resccl.topology { ranks = 2 }
+      error(("x %s %s %s %s"):format(getmetatable(t), getmetatable(resccl), getmetatable(resccl.algorithm {
+        name = "g", collective = "allgather", build = function() end }), getmetatable(1)))]])
+    assert.matches("x true$", script_err "local mt = {} error('x ' .. tostring(getmetatable(setmetatable({}, mt)) == mt))")
     script_err "string.format, table.concat, math.floor = nil, nil, nil error 'x'"
     assert.equal("1.5", string.format("%.1f", 1.5))
     assert.is_function(table.concat)
