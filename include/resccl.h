@@ -37,6 +37,9 @@ extern "C" {
 
 #define RESCCL_MAJOR 0
 #define RESCCL_MINOR 1
+#define RESCCL_PATCH 0
+/* NCCL's encoding: major * 10000 + minor * 100 + patch */
+#define RESCCL_VERSION_CODE (RESCCL_MAJOR * 10000 + RESCCL_MINOR * 100 + RESCCL_PATCH)
 
 typedef struct resccl_comm *resccl_comm_t;
 typedef struct CUstream_st *resccl_stream_t; /* the same type as cudaStream_t */
@@ -62,6 +65,8 @@ typedef enum {
 
 typedef enum { resccl_sum = 0, resccl_prod = 1, resccl_max = 2, resccl_min = 3, resccl_avg = 4, resccl_num_ops } resccl_red_op_t;
 
+/* The library's RESCCL_VERSION_CODE, which may differ from the header's. */
+resccl_result_t resccl_get_version(int *version);
 const char *resccl_get_error_string(resccl_result_t result);
 /* The message of this thread's last failed call ("" if none). */
 const char *resccl_get_last_error(void);

@@ -534,6 +534,10 @@ int main(int argc, char **argv) {
     resccl_result_t rc = rt_plan_build(argv[2], 90, 0);
     CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), "too long"), "1600 bytes of options: %d", rc);
     unsetenv("RESCCL_NVRTC_OPTIONS");
+    int version = -1;
+    CHECK(resccl_get_version(&version) == resccl_success && version == RESCCL_VERSION_CODE && version == 100,
+          "version %d", version);
+    CHECK(resccl_get_version(NULL) == resccl_invalid_argument, "NULL version refused");
     return failures ? 1 : 0;
   }
   if (argc != 3 || strcmp(argv[1], "run")) {

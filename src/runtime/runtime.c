@@ -51,6 +51,12 @@ resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
   return rc;
 }
 
+resccl_result_t resccl_get_version(int *version) {
+  if (!version) return rt_fail(resccl_invalid_argument, "resccl_get_version: version is NULL");
+  *version = RESCCL_VERSION_CODE;
+  return resccl_success;
+}
+
 const char *resccl_get_error_string(resccl_result_t r) {
   static const char *const names[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
                                       "invalid argument", "invalid usage", "timeout: no progress", "in progress"};
