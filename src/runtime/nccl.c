@@ -1,0 +1,292 @@
+/*
+** nccl.c — libresccl-nccl.so: a program that uses NCCL runs its
+** collectives on resccl plans, unchanged. Preloaded (LD_PRELOAD), it
+** interposes on ncclCommInitAll, which also makes resccl communicators for
+** the same GPUs and loads the plans RESCCL_NCCL_PLANS names; on
+** ncclAllReduce, ncclAllGather and ncclReduceScatter, which run on resccl
+** where a plan is loaded for the collective and the runtime takes the call
+** (else NCCL runs it); and on the group, destroy and last-error calls that
+** must see both. The communicators the program holds are NCCL's own, so
+** every other NCCL call reaches NCCL (libnccl.so.2) untouched; resccl's
+** stand beside them in a table.
+*/
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "resccl.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* NCCL's functions that the ones below stand in front of. */
+static struct {
+  ncclResult_t (*CommInitAll)(ncclComm_t *, int, const int *);
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
+  const char *(*GetLastError)(ncclComm_t);
+} nccl;
+static const char *nccl_missing; /* why NCCL could not be loaded, once tried */
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+
+static void nccl_load(void) {
+  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    nccl_missing = "libnccl.so.2 not found";
+    return;
+  }
+  static const struct {
+    size_t off;
+    const char *name;
+  } syms[] = {
+#define SYM(f) {offsetof(__typeof__(nccl), f), "nccl" #f}
+      SYM(CommInitAll), SYM(CommDestroy), SYM(CommAbort), SYM(AllReduce), SYM(AllGather),
+      SYM(ReduceScatter), SYM(GroupStart), SYM(GroupEnd), SYM(GetLastError),
+#undef SYM
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
+    void *f = dlsym(h, syms[i].name);
+    if (!f) {
+      nccl_missing = "libnccl.so.2 lacks a function";
+      return;
+    }
+    memcpy((char *)&nccl + syms[i].off, &f, sizeof f);
+  }
+}
+
+/* NULL when NCCL is there to call. */
+static const char *nccl_ready(void) {
+  pthread_once(&nccl_once, nccl_load);
+  return nccl_missing;
+}
+
+static int info(void) {
+  const char *d = getenv("RESCCL_DEBUG");
+  return d && (!strcmp(d, "INFO") || !strcmp(d, "TRACE"));
+}
+
+/* ------------------------------------------------------------ the table */
+
+enum { AR, AG, RS, NCOLL };
+static const char *const coll_names[NCOLL] = {"allreduce", "allgather", "reducescatter"};
+
+/* An NCCL communicator with a resccl one beside it. */
+typedef struct {
+  ncclComm_t nccl;
+  resccl_comm_t ours;
+  int rank, planned[NCOLL]; /* a plan is loaded for the collective */
+  long on_resccl, on_nccl;  /* calls each ran, reported at destroy */
+} Pair;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static Pair **pairs; /* each its own allocation, so that it stays put */
+static int npairs, cappairs;
+static __thread int failed_here; /* this thread's last failure was resccl's */
+
+/* The pair of comm, or NULL; it lives until comm is destroyed, which NCCL
+   forbids while calls on comm are made. */
+static Pair *find(ncclComm_t comm) {
+  Pair *p = NULL;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < npairs && !p; i++)
+    if (pairs[i]->nccl == comm) p = pairs[i];
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+/* Remove comm's pair from the table; NULL if it has none. */
+static Pair *take(ncclComm_t comm) {
+  Pair *p = NULL;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < npairs && !p; i++)
+    if (pairs[i]->nccl == comm) p = pairs[i], pairs[i] = pairs[--npairs];
+  pthread_mutex_unlock(&lock);
+  return p;
+}
+
+/* Add a pair; 0 when out of memory. */
+static int add(Pair *p) {
+  pthread_mutex_lock(&lock);
+  if (npairs == cappairs) {
+    int cap = cappairs ? 2 * cappairs : 8;
+    Pair **grown = realloc(pairs, (size_t)cap * sizeof *grown);
+    if (grown) pairs = grown, cappairs = cap;
+  }
+  int ok = npairs < cappairs;
+  if (ok) pairs[npairs++] = p;
+  pthread_mutex_unlock(&lock);
+  return ok;
+}
+
+static ncclResult_t from_resccl(resccl_result_t rc) {
+  failed_here = rc != resccl_success;
+  /* the codes agree up to invalid usage; a timeout is a peer that made no progress */
+  return rc == resccl_timeout ? ncclRemoteError : rc == resccl_in_progress ? ncclInProgress : (ncclResult_t)rc;
+}
+
+/* ------------------------------------------------------------ init, destroy */
+
+/* Load every plan of RESCCL_NCCL_PLANS (paths separated by ':') on ours;
+   plans for another rank count are skipped. Returns how many loaded. */
+static int load_plans(resccl_comm_t *ours, const char *list) {
+  int loaded = 0;
+  char *copy = strdup(list), *save = NULL;
+  for (char *path = copy ? strtok_r(copy, ":", &save) : NULL; path; path = strtok_r(NULL, ":", &save)) {
+    resccl_result_t rc = resccl_plan_load(ours[0], path);
+    if (rc == resccl_success) loaded++;
+    else fprintf(stderr, "resccl-nccl: %s not used: %s\n", path, resccl_get_last_error());
+  }
+  free(copy);
+  return loaded;
+}
+
+EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
+  if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
+  ncclResult_t rc = nccl.CommInitAll(comms, ndev, devlist);
+  const char *plans = getenv("RESCCL_NCCL_PLANS");
+  if (rc != ncclSuccess || !plans || !*plans) return rc;
+  resccl_comm_t *ours = calloc((size_t)ndev, sizeof *ours);
+  if (!ours) return rc;
+  if (resccl_comm_init_all(ours, ndev, devlist) != resccl_success) {
+    fprintf(stderr, "resccl-nccl: NCCL runs every call: %s\n", resccl_get_last_error());
+    return free(ours), rc;
+  }
+  if (load_plans(ours, plans) == 0) {
+    for (int r = 0; r < ndev; r++) resccl_comm_destroy(ours[r]);
+    return free(ours), rc;
+  }
+  int added = 0;
+  for (; added < ndev; added++) {
+    Pair *p = malloc(sizeof *p);
+    if (p) *p = (Pair){.nccl = comms[added], .ours = ours[added], .rank = added};
+    for (int c = 0; p && c < NCOLL; c++) {
+      int blocks;
+      p->planned[c] = resccl_plan_blocks(ours[added], coll_names[c], &blocks) == resccl_success;
+    }
+    if (!p || !add(p)) {
+      free(p);
+      break;
+    }
+  }
+  if (added < ndev) { /* all ranks or none */
+    fprintf(stderr, "resccl-nccl: out of memory: NCCL runs every call\n");
+    for (int r = 0; r < ndev; r++) free(take(comms[r])), resccl_comm_destroy(ours[r]);
+  } else if (info()) {
+    Pair *p = find(comms[0]);
+    fprintf(stderr, "resccl-nccl: %d ranks: resccl runs", ndev);
+    for (int c = 0; c < NCOLL; c++)
+      if (p->planned[c]) fprintf(stderr, " %s", coll_names[c]);
+    fprintf(stderr, "\n");
+  }
+  free(ours);
+  return rc;
+}
+
+/* Forget comm's pair, destroying its resccl communicator first. */
+static void drop(ncclComm_t comm) {
+  Pair *p = take(comm);
+  if (!p) return;
+  if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls on resccl, %ld on NCCL\n", p->rank, p->on_resccl, p->on_nccl);
+  resccl_comm_destroy(p->ours);
+  free(p);
+}
+
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (nccl_ready()) return ncclSystemError;
+  drop(comm);
+  return nccl.CommDestroy(comm);
+}
+
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (nccl_ready()) return ncclSystemError;
+  drop(comm);
+  return nccl.CommAbort(comm);
+}
+
+/* ------------------------------------------------------------ calls */
+
+/* Both libraries group; resccl's group ends first, so its kernels are
+   queued when NCCL's are. */
+EXPORT ncclResult_t ncclGroupStart(void) {
+  if (nccl_ready()) return ncclSystemError;
+  resccl_result_t ours = resccl_group_start();
+  if (ours != resccl_success) return from_resccl(ours);
+  ncclResult_t rc = nccl.GroupStart();
+  if (rc != ncclSuccess) resccl_group_end(); /* nothing queued yet */
+  return rc;
+}
+
+EXPORT ncclResult_t ncclGroupEnd(void) {
+  if (nccl_ready()) return ncclSystemError;
+  resccl_result_t ours = resccl_group_end();
+  ncclResult_t rc = nccl.GroupEnd();
+  return ours != resccl_success ? from_resccl(ours) : rc;
+}
+
+EXPORT const char *ncclGetLastError(ncclComm_t comm) {
+  if (failed_here) return resccl_get_last_error();
+  return nccl_ready() ? nccl_missing : nccl.GetLastError(comm);
+}
+
+/* The pair that runs a call of collective c on resccl, or NULL: NCCL's
+   datatypes and ops past resccl's (fp8, PreMulSum) stay NCCL's. */
+static Pair *route(ncclComm_t comm, int c, ncclDataType_t dt, int op) {
+  Pair *p = find(comm);
+  return p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops ? p : NULL;
+}
+
+/* A call resccl refused (no placement for it, a dtype RESCCL_DTYPES left
+   out, a misaligned buffer) runs on NCCL: the runtime refuses before it
+   launches anything. Other failures are the call's. */
+#define DISPATCH(p, call_ours, call_nccl)                                         \
+  do {                                                                            \
+    if (p) {                                                                      \
+      resccl_result_t rc_ = (call_ours);                                          \
+      if (rc_ != resccl_invalid_argument && rc_ != resccl_invalid_usage) {        \
+        if (rc_ == resccl_success) __atomic_add_fetch(&p->on_resccl, 1, __ATOMIC_RELAXED); \
+        return from_resccl(rc_);                                                  \
+      }                                                                           \
+      __atomic_add_fetch(&p->on_nccl, 1, __ATOMIC_RELAXED);                       \
+    }                                                                             \
+    if (nccl_ready()) return ncclSystemError;                                     \
+    failed_here = 0;                                                              \
+    return (call_nccl);                                                           \
+  } while (0)
+
+EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  Pair *p = route(comm, AR, datatype, op);
+  DISPATCH(p,
+           resccl_all_reduce(sendbuff, recvbuff, count, (resccl_datatype_t)datatype, (resccl_red_op_t)op, p->ours,
+                             (resccl_stream_t)stream),
+           nccl.AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream));
+}
+
+EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  Pair *p = route(comm, AG, datatype, 0);
+  DISPATCH(p,
+           resccl_all_gather(sendbuff, recvbuff, sendcount, (resccl_datatype_t)datatype, p->ours,
+                             (resccl_stream_t)stream),
+           nccl.AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream));
+}
+
+EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  Pair *p = route(comm, RS, datatype, op);
+  DISPATCH(p,
+           resccl_reduce_scatter(sendbuff, recvbuff, recvcount, (resccl_datatype_t)datatype, (resccl_red_op_t)op,
+                                 p->ours, (resccl_stream_t)stream),
+           nccl.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
+}

@@ -1,0 +1,54 @@
+#!/bin/sh
+# libresccl-nccl.so preloaded into a program written for NCCL (tests/test_nccl.c).
+#   nccl.sh RESCCL SHIM TEST_NCCL FAKE_NCCL_DIR
+# 1. Under tests/fake_nccl.c, an NCCL that runs nothing: two ranks on GPU 0 (NCCL itself
+#    refuses that), every all-reduce, all-gather and reduce-scatter checked, so run by
+#    resccl's plans; an fp8 all-reduce (no resccl dtype) left to NCCL.
+# 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
+#    no plan fits (none has one rank) and NCCL runs them, checked the same.
+# Exits 77 (skipped) where there is no GPU.
+set -eu
+bin=$1 shim=$2 test=$3 fake=$4
+src=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
+[ "${ngpu:-0}" -ge 1 ] || { echo "no GPU: NCCL shim tests skipped"; exit 77; }
+# plans N: ring plans for N ranks, as RESCCL_NCCL_PLANS lists them
+plans() {
+  list=
+  for c in allreduce allgather reducescatter; do
+    "$bin" compile "$src/algorithms/${c}_ring.lua" ranks="$1" --plan "$tmp/$c-$1.plan" >/dev/null
+    list=$list${list:+:}$tmp/$c-$1.plan
+  done
+  echo "$list"
+}
+# run LOG N [virtual]: test_nccl with the shim preloaded; fails with its log
+run() {
+  log=$tmp/$1.log
+  shift
+  if ! LD_PRELOAD=$shim RESCCL_DEBUG=INFO "$test" "$@" >"$log" 2>&1; then
+    cat "$log"
+    echo "nccl.sh: test_nccl $* failed"
+    exit 1
+  fi
+  grep -v '^resccl ' "$log"
+}
+# expect LOG N PATTERN: PATTERN is on N lines of LOG
+expect() {
+  n=$(grep -c "$3" "$tmp/$1.log" || true)
+  [ "$n" = "$2" ] || { cat "$tmp/$1.log"; echo "nccl.sh: '$3' on $n lines of $1, not $2"; exit 1; }
+}
+plans2=$(plans 2)
+LD_LIBRARY_PATH=$fake RESCCL_NCCL_PLANS=$plans2 run fake 2 virtual
+expect fake 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
+expect fake 2 'rank [01]: 12 calls on resccl, 1 on NCCL$'
+if [ "$ngpu" -ge 2 ]; then
+  RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl "$ngpu"
+  expect nccl "$ngpu" ': 12 calls on resccl, 0 on NCCL$'
+else
+  RESCCL_NCCL_PLANS=$plans2 run nccl 1
+  expect nccl 3 'resccl-nccl: .*not used: .*'
+  expect nccl 0 'calls on resccl'
+fi
+echo "nccl.sh: passed"

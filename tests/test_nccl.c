@@ -1,0 +1,131 @@
+/*
+** test_nccl.c — a program written for NCCL, run with libresccl-nccl.so
+** preloaded (tests/nccl.sh): ncclCommInitAll on N ranks (`virtual`: all on
+** GPU 0, which only the fake NCCL of tests/fake_nccl.c accepts), then
+** all-reduce, all-gather and reduce-scatter of f32 and bf16 data in groups,
+** out of place and in place, each checked exactly against a reference
+** computed here, outputs poisoned first. Under the fake NCCL, which runs
+** nothing, every checked call must have run on resccl, and an fp8
+** all-reduce (no resccl dtype) must have reached NCCL.
+**   test_nccl N [virtual]      exits 77 where there is no GPU
+*/
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+enum { MAXR = 8 };
+static int R, failures;
+static ncclComm_t comm[MAXR];
+static cudaStream_t st[MAXR];
+static int dev[MAXR];
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      failures++;                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                        \
+      fprintf(stderr, "\n");                               \
+    }                                                      \
+  } while (0)
+
+/* Input element i of rank r: small integers, exact in f32 and bf16 sums. */
+static float val(int r, size_t i) { return (float)((r * 7 + (int)(i % 13)) % 11) - 3; }
+
+static unsigned short to_bf16(float f) {
+  unsigned u;
+  memcpy(&u, &f, 4);
+  return (unsigned short)(u >> 16); /* exact for these values */
+}
+
+static float from_bf16(unsigned short h) {
+  unsigned u = (unsigned)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* Run coll on count elements a rank (its output's share), in one group; compare. */
+static void collective(const char *coll, ncclDataType_t dt, size_t count, int inplace) {
+  int ag = !strcmp(coll, "allgather"), rs = !strcmp(coll, "reducescatter");
+  size_t es = dt == ncclBfloat16 ? 2 : 4, in_n = rs ? count * R : count, out_n = ag ? count * R : count;
+  size_t big = (in_n > out_n ? in_n : out_n) * R; /* in place, a buffer holds both */
+  unsigned char *host = malloc(big * es);
+  char *buf[MAXR];
+  for (int r = 0; r < R; r++) {
+    cudaSetDevice(dev[r]);
+    cudaMalloc((void **)&buf[r], 2 * big * es);
+    cudaMemset(buf[r], 0xff, 2 * big * es); /* poison: NaN */
+    for (size_t i = 0; i < in_n; i++) {
+      float v = val(r, i);
+      if (es == 2) ((unsigned short *)host)[i] = to_bf16(v);
+      else ((float *)host)[i] = v;
+    }
+    char *in = inplace && ag ? buf[r] + (size_t)r * count * es : buf[r];
+    cudaMemcpy(in, host, in_n * es, cudaMemcpyHostToDevice);
+  }
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaDeviceSynchronize();
+  ncclResult_t rc = ncclGroupStart();
+  for (int r = 0; r < R && rc == ncclSuccess; r++) {
+    char *b = buf[r], *o = inplace ? b : b + big * es;
+    if (ag) rc = ncclAllGather(inplace ? b + (size_t)r * count * es : b, o, count, dt, comm[r], st[r]);
+    else if (rs) rc = ncclReduceScatter(b, inplace ? b + (size_t)r * count * es : o, count, dt, ncclSum, comm[r], st[r]);
+    else rc = ncclAllReduce(b, o, count, dt, ncclSum, comm[r], st[r]);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  CHECK(rc == ncclSuccess && end == ncclSuccess, "%s: %s", coll, ncclGetErrorString(rc ? rc : end));
+  size_t wrong = 0;
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaStreamSynchronize(st[r]);
+  for (int r = 0; r < R; r++) {
+    char *o = inplace ? buf[r] + (rs ? (size_t)r * count * es : 0) : buf[r] + big * es;
+    cudaSetDevice(dev[r]);
+    cudaMemcpy(host, o, out_n * es, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < out_n; i++) {
+      float want = 0, got = es == 2 ? from_bf16(((unsigned short *)host)[i]) : ((float *)host)[i];
+      if (ag) want = val((int)(i / count), i % count);
+      else
+        for (int q = 0; q < R; q++) want += val(q, rs ? (size_t)r * count + i : i);
+      wrong += got != want;
+    }
+    cudaFree(buf[r]);
+  }
+  CHECK(wrong == 0, "%s %s count %zu: %zu wrong", coll, inplace ? "in place" : "out of place", count, wrong);
+  printf("%-14s %-5s %-12s count %-8zu %zu wrong\n", coll, es == 2 ? "bf16" : "f32", inplace ? "in place" : "out of place",
+         count, wrong);
+  free(host);
+}
+
+int main(int argc, char **argv) {
+  int ngpu = 0;
+  if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return puts("no GPU: skipped"), 77;
+  R = argc > 1 ? atoi(argv[1]) : ngpu;
+  int virt = argc > 2 && !strcmp(argv[2], "virtual");
+  if (R < 1 || R > MAXR || (!virt && R > ngpu)) return fprintf(stderr, "usage: test_nccl N [virtual]\n"), 2;
+  for (int r = 0; r < R; r++) dev[r] = virt ? 0 : r;
+  ncclResult_t rc = ncclCommInitAll(comm, R, dev);
+  if (rc != ncclSuccess) return fprintf(stderr, "ncclCommInitAll: %s\n", ncclGetErrorString(rc)), 1;
+  for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
+  static const char *const colls[] = {"allreduce", "allgather", "reducescatter"};
+  for (int c = 0; c < 3; c++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      collective(colls[c], ncclFloat32, 4099, inplace);
+      collective(colls[c], ncclBfloat16, 1 << 20, inplace);
+    }
+  /* Under the fake NCCL: an fp8 all-reduce is NCCL's, one call a rank. */
+  long (*fake_calls)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "fake_nccl_calls");
+  if (fake_calls) {
+    long before = fake_calls();
+    CHECK(ncclGroupStart() == ncclSuccess, "group");
+    for (int r = 0; r < R; r++) ncclAllReduce(NULL, NULL, 64, ncclFloat8e4m3, ncclSum, comm[r], st[r]);
+    CHECK(ncclGroupEnd() == ncclSuccess, "group end");
+    CHECK(before == 0 && fake_calls() == R, "NCCL ran %ld calls before the fp8 one, %ld after", before, fake_calls());
+  }
+  for (int r = 0; r < R; r++) CHECK(ncclCommDestroy(comm[r]) == ncclSuccess, "destroy rank %d", r);
+  printf("%s\n", failures ? "FAILED" : "all checked");
+  return failures ? 1 : 0;
+}
