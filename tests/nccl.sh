@@ -3,7 +3,7 @@
 #   nccl.sh RESCCL SHIM TEST_NCCL FAKE_NCCL_DIR
 # 1. Under tests/fake_nccl.c, an NCCL that runs nothing: two ranks on GPU 0 (NCCL itself
 #    refuses that), every all-reduce, all-gather and reduce-scatter checked, so run by
-#    resccl's plans; an fp8 all-reduce (no resccl dtype) left to NCCL.
+#    resccl's plans; an fp8 all-reduce (no resccl dtype) and a misaligned one left to NCCL.
 # 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
 #    no plan fits (none has one rank) and NCCL runs them, checked the same.
 # Exits 77 (skipped) where there is no GPU.
@@ -42,7 +42,7 @@ expect() {
 plans2=$(plans 2)
 LD_LIBRARY_PATH=$fake RESCCL_NCCL_PLANS=$plans2 run fake 2 virtual
 expect fake 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
-expect fake 2 'rank [01]: 12 calls on resccl, 1 on NCCL$'
+expect fake 2 'rank [01]: 12 calls on resccl, 2 on NCCL$'
 if [ "$ngpu" -ge 2 ]; then
   RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl "$ngpu"
   expect nccl "$ngpu" ': 12 calls on resccl, 0 on NCCL$'

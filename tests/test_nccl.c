@@ -6,7 +6,8 @@
 ** out of place and in place, each checked exactly against a reference
 ** computed here, outputs poisoned first. Under the fake NCCL, which runs
 ** nothing, every checked call must have run on resccl, and an fp8
-** all-reduce (no resccl dtype) must have reached NCCL.
+** all-reduce (no resccl dtype) and a misaligned one (refused by resccl)
+** must have reached NCCL.
 **   test_nccl N [virtual]      exits 77 where there is no GPU
 */
 #define _GNU_SOURCE
@@ -116,14 +117,22 @@ int main(int argc, char **argv) {
       collective(colls[c], ncclFloat32, 4099, inplace);
       collective(colls[c], ncclBfloat16, 1 << 20, inplace);
     }
-  /* Under the fake NCCL: an fp8 all-reduce is NCCL's, one call a rank. */
+  /* Under the fake NCCL: an fp8 all-reduce (no resccl dtype) is NCCL's, and
+     so is one resccl refuses (a misaligned buffer), one call a rank each. */
   long (*fake_calls)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "fake_nccl_calls");
   if (fake_calls) {
     long before = fake_calls();
+    char *b[MAXR];
     CHECK(ncclGroupStart() == ncclSuccess, "group");
-    for (int r = 0; r < R; r++) ncclAllReduce(NULL, NULL, 64, ncclFloat8e4m3, ncclSum, comm[r], st[r]);
+    for (int r = 0; r < R; r++) {
+      cudaSetDevice(dev[r]);
+      cudaMalloc((void **)&b[r], 1024);
+      CHECK(ncclAllReduce(b[r], b[r], 64, ncclFloat8e4m3, ncclSum, comm[r], st[r]) == ncclSuccess, "fp8");
+      CHECK(ncclAllReduce(b[r] + 1, b[r] + 1, 64, ncclFloat32, ncclSum, comm[r], st[r]) == ncclSuccess, "misaligned");
+    }
     CHECK(ncclGroupEnd() == ncclSuccess, "group end");
-    CHECK(before == 0 && fake_calls() == R, "NCCL ran %ld calls before the fp8 one, %ld after", before, fake_calls());
+    CHECK(before == 0 && fake_calls() == 2 * R, "NCCL ran %ld calls before, %ld after", before, fake_calls());
+    for (int r = 0; r < R; r++) cudaFree(b[r]);
   }
   for (int r = 0; r < R; r++) CHECK(ncclCommDestroy(comm[r]) == ncclSuccess, "destroy rank %d", r);
   printf("%s\n", failures ? "FAILED" : "all checked");

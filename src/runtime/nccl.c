@@ -219,8 +219,8 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
    queued when NCCL's are. */
 EXPORT ncclResult_t ncclGroupStart(void) {
   if (nccl_ready()) return ncclSystemError;
-  resccl_result_t ours = resccl_group_start();
-  if (ours != resccl_success) return from_resccl(ours);
+  resccl_result_t mine = resccl_group_start();
+  if (mine != resccl_success) return from_resccl(mine);
   ncclResult_t rc = nccl.GroupStart();
   if (rc != ncclSuccess) resccl_group_end(); /* nothing queued yet */
   return rc;
@@ -228,9 +228,11 @@ EXPORT ncclResult_t ncclGroupStart(void) {
 
 EXPORT ncclResult_t ncclGroupEnd(void) {
   if (nccl_ready()) return ncclSystemError;
-  resccl_result_t ours = resccl_group_end();
+  resccl_result_t mine = resccl_group_end();
   ncclResult_t rc = nccl.GroupEnd();
-  return ours != resccl_success ? from_resccl(ours) : rc;
+  if (mine != resccl_success) return from_resccl(mine);
+  failed_here = 0;
+  return rc;
 }
 
 EXPORT const char *ncclGetLastError(ncclComm_t comm) {
@@ -238,55 +240,62 @@ EXPORT const char *ncclGetLastError(ncclComm_t comm) {
   return nccl_ready() ? nccl_missing : nccl.GetLastError(comm);
 }
 
-/* The pair that runs a call of collective c on resccl, or NULL: NCCL's
-   datatypes and ops past resccl's (fp8, PreMulSum) stay NCCL's. */
-static Pair *route(ncclComm_t comm, int c, ncclDataType_t dt, int op) {
-  Pair *p = find(comm);
-  return p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops ? p : NULL;
+/* May resccl run a call of collective c on p? NCCL's datatypes and ops
+   past resccl's (fp8, PreMulSum) stay NCCL's. */
+static int may_run(const Pair *p, int c, ncclDataType_t dt, int op) {
+  return p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops;
 }
 
-/* A call resccl refused (no placement for it, a dtype RESCCL_DTYPES left
-   out, a misaligned buffer) runs on NCCL: the runtime refuses before it
-   launches anything. Other failures are the call's. */
-#define DISPATCH(p, call_ours, call_nccl)                                         \
-  do {                                                                            \
-    if (p) {                                                                      \
-      resccl_result_t rc_ = (call_ours);                                          \
-      if (rc_ != resccl_invalid_argument && rc_ != resccl_invalid_usage) {        \
-        if (rc_ == resccl_success) __atomic_add_fetch(&p->on_resccl, 1, __ATOMIC_RELAXED); \
-        return from_resccl(rc_);                                                  \
-      }                                                                           \
-      __atomic_add_fetch(&p->on_nccl, 1, __ATOMIC_RELAXED);                       \
-    }                                                                             \
-    if (nccl_ready()) return ncclSystemError;                                     \
-    failed_here = 0;                                                              \
-    return (call_nccl);                                                           \
-  } while (0)
+/* Did resccl settle a call that returned rc? What the runtime refuses (no
+   placement for it, a dtype RESCCL_DTYPES left out, a misaligned buffer)
+   runs on NCCL instead: the runtime refuses before it launches anything.
+   Other failures are the call's. */
+static int settled(Pair *p, resccl_result_t rc) {
+  if (rc == resccl_invalid_argument || rc == resccl_invalid_usage) return 0;
+  if (rc == resccl_success) __atomic_add_fetch(&p->on_resccl, 1, __ATOMIC_RELAXED);
+  return 1;
+}
+
+/* A call goes to NCCL: 0 if there is none to call. */
+static int to_nccl(Pair *p) {
+  if (p) __atomic_add_fetch(&p->on_nccl, 1, __ATOMIC_RELAXED);
+  failed_here = 0;
+  return !nccl_ready();
+}
 
 EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  Pair *p = route(comm, AR, datatype, op);
-  DISPATCH(p,
-           resccl_all_reduce(sendbuff, recvbuff, count, (resccl_datatype_t)datatype, (resccl_red_op_t)op, p->ours,
-                             (resccl_stream_t)stream),
-           nccl.AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream));
+  Pair *p = find(comm);
+  if (may_run(p, AR, datatype, op)) {
+    resccl_result_t rc = resccl_all_reduce(sendbuff, recvbuff, count, (resccl_datatype_t)datatype,
+                                           (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream);
+    if (settled(p, rc)) return from_resccl(rc);
+  }
+  if (!to_nccl(p)) return ncclSystemError;
+  return nccl.AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                                   ncclComm_t comm, cudaStream_t stream) {
-  Pair *p = route(comm, AG, datatype, 0);
-  DISPATCH(p,
-           resccl_all_gather(sendbuff, recvbuff, sendcount, (resccl_datatype_t)datatype, p->ours,
-                             (resccl_stream_t)stream),
-           nccl.AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream));
+  Pair *p = find(comm);
+  if (may_run(p, AG, datatype, 0)) {
+    resccl_result_t rc = resccl_all_gather(sendbuff, recvbuff, sendcount, (resccl_datatype_t)datatype, p->ours,
+                                           (resccl_stream_t)stream);
+    if (settled(p, rc)) return from_resccl(rc);
+  }
+  if (!to_nccl(p)) return ncclSystemError;
+  return nccl.AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
 EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                       cudaStream_t stream) {
-  Pair *p = route(comm, RS, datatype, op);
-  DISPATCH(p,
-           resccl_reduce_scatter(sendbuff, recvbuff, recvcount, (resccl_datatype_t)datatype, (resccl_red_op_t)op,
-                                 p->ours, (resccl_stream_t)stream),
-           nccl.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream));
+  Pair *p = find(comm);
+  if (may_run(p, RS, datatype, op)) {
+    resccl_result_t rc = resccl_reduce_scatter(sendbuff, recvbuff, recvcount, (resccl_datatype_t)datatype,
+                                               (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream);
+    if (settled(p, rc)) return from_resccl(rc);
+  }
+  if (!to_nccl(p)) return ncclSystemError;
+  return nccl.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }
