@@ -93,6 +93,14 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *collective, i
    out of place where the plan has that form: 0 where the copy engine makes all its copies (plans
    compiled with copy-engine forms run them from RESCCL_CE_FROM bytes). */
 resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *collective, size_t bytes, int *blocks);
+/* Would a call of `collective` with these arguments (count as the collective's own) run here: a plan
+   for its size, the datatype's kernels, a form for its placement (in place or not, from where the
+   buffers lie)? resccl_success, or the code (and resccl_get_last_error's message) such a call gets
+   whatever else is true of its buffers; the same on every rank. Nothing is queued or launched, and no
+   group fails by it. */
+resccl_result_t resccl_call_supported(const char *collective, const void *sendbuff, const void *recvbuff,
+                                      size_t count, resccl_datatype_t datatype, resccl_red_op_t op,
+                                      resccl_comm_t comm);
 
 resccl_result_t resccl_group_start(void);
 resccl_result_t resccl_group_end(void);

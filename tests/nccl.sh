@@ -3,7 +3,7 @@
 #   nccl.sh RESCCL SHIM TEST_NCCL FAKE_NCCL_DIR
 # 1. Under tests/fake_nccl.c, an NCCL that runs nothing: two ranks on GPU 0 (NCCL itself
 #    refuses that), every all-reduce, all-gather and reduce-scatter checked, so run by
-#    resccl's plans; an fp8 all-reduce (no resccl dtype) and a misaligned one left to NCCL.
+#    resccl's plans; fp8 and f16 all-reduces (no kernels for them) left to NCCL.
 # 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
 #    no plan fits (none has one rank) and NCCL runs them, checked the same.
 # Exits 77 (skipped) where there is no GPU.
@@ -40,15 +40,15 @@ expect() {
   [ "$n" = "$2" ] || { cat "$tmp/$1.log"; echo "nccl.sh: '$3' on $n lines of $1, not $2"; exit 1; }
 }
 plans2=$(plans 2)
-LD_LIBRARY_PATH=$fake RESCCL_NCCL_PLANS=$plans2 run fake 2 virtual
+LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake 2 virtual
 expect fake 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
-expect fake 2 'rank [01]: 12 calls on resccl, 2 on NCCL$'
+expect fake 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
 if [ "$ngpu" -ge 2 ]; then
   RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl "$ngpu"
-  expect nccl "$ngpu" ': 12 calls on resccl, 0 on NCCL$'
+  expect nccl "$ngpu" ': 12 calls to resccl, 0 to NCCL$'
 else
   RESCCL_NCCL_PLANS=$plans2 run nccl 1
   expect nccl 3 'resccl-nccl: .*not used: .*'
-  expect nccl 0 'calls on resccl'
+  expect nccl 0 'calls to resccl'
 fi
 echo "nccl.sh: passed"

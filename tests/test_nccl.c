@@ -5,9 +5,9 @@
 ** all-reduce, all-gather and reduce-scatter of f32 and bf16 data in groups,
 ** out of place and in place, each checked exactly against a reference
 ** computed here, outputs poisoned first. Under the fake NCCL, which runs
-** nothing, every checked call must have run on resccl, and an fp8
-** all-reduce (no resccl dtype) and a misaligned one (refused by resccl)
-** must have reached NCCL.
+** nothing, every checked call must have run on resccl, fp8 and f16
+** all-reduces (no resccl dtype, no kernels under RESCCL_DTYPES) must have
+** reached NCCL, and a misaligned one must fail with resccl's message.
 **   test_nccl N [virtual]      exits 77 where there is no GPU
 */
 #define _GNU_SOURCE
@@ -117,8 +117,9 @@ int main(int argc, char **argv) {
       collective(colls[c], ncclFloat32, 4099, inplace);
       collective(colls[c], ncclBfloat16, 1 << 20, inplace);
     }
-  /* Under the fake NCCL: an fp8 all-reduce (no resccl dtype) is NCCL's, and
-     so is one resccl refuses (a misaligned buffer), one call a rank each. */
+  /* Under the fake NCCL (and RESCCL_DTYPES=f32,bf16): an fp8 all-reduce (no
+     resccl dtype) and an f16 one (no kernels) are NCCL's, one call a rank
+     each; a misaligned one fails its group, with resccl's message. */
   long (*fake_calls)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "fake_nccl_calls");
   if (fake_calls) {
     long before = fake_calls();
@@ -128,10 +129,15 @@ int main(int argc, char **argv) {
       cudaSetDevice(dev[r]);
       cudaMalloc((void **)&b[r], 1024);
       CHECK(ncclAllReduce(b[r], b[r], 64, ncclFloat8e4m3, ncclSum, comm[r], st[r]) == ncclSuccess, "fp8");
-      CHECK(ncclAllReduce(b[r] + 1, b[r] + 1, 64, ncclFloat32, ncclSum, comm[r], st[r]) == ncclSuccess, "misaligned");
+      CHECK(ncclAllReduce(b[r], b[r], 64, ncclFloat16, ncclSum, comm[r], st[r]) == ncclSuccess, "f16");
     }
     CHECK(ncclGroupEnd() == ncclSuccess, "group end");
     CHECK(before == 0 && fake_calls() == 2 * R, "NCCL ran %ld calls before, %ld after", before, fake_calls());
+    ncclGroupStart();
+    for (int r = 0; r < R; r++) ncclAllReduce(b[r] + 1, b[r] + 1, 64, ncclFloat32, ncclSum, comm[r], st[r]);
+    rc = ncclGroupEnd();
+    CHECK(rc == ncclInvalidArgument && strstr(ncclGetLastError(comm[0]), "aligned"), "misaligned: %d %s", rc,
+          ncclGetLastError(comm[0]));
     for (int r = 0; r < R; r++) cudaFree(b[r]);
   }
   for (int r = 0; r < R; r++) CHECK(ncclCommDestroy(comm[r]) == ncclSuccess, "destroy rank %d", r);

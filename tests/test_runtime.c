@@ -455,6 +455,15 @@ static void bad_arguments(void) {
   rc = resccl_all_reduce(a, a + 32, 16, resccl_float32, resccl_sum, NULL, NULL);
   CHECK(rc == resccl_invalid_argument, "null communicator gave %d", rc);
   CHECK(resccl_group_end() == resccl_invalid_usage, "unmatched group end accepted");
+  /* What would run, asked ahead of a call, whatever the buffers; no group fails by it. */
+  resccl_group_start();
+  rc = resccl_call_supported("allreduce", (char *)a + 1, a, 4099, resccl_float32, resccl_sum, comm[0]);
+  CHECK(rc == resccl_success, "supported all-reduce gave %d", rc);
+  rc = resccl_call_supported("allreduce", a, a, 16, (resccl_datatype_t)42, resccl_sum, comm[0]);
+  CHECK(rc == resccl_invalid_argument, "supported with an unknown datatype gave %d", rc);
+  rc = resccl_call_supported("broadcast", a, a, 16, resccl_float32, resccl_sum, comm[0]);
+  CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), "broadcast"), "unknown collective gave %d", rc);
+  CHECK(resccl_group_end() == resccl_success, "a group failed by resccl_call_supported");
   if (R > 1) { /* ranks that disagree on a collective's count: refused with nothing launched, and the next match */
     resccl_group_start();
     for (int r = 0; r < R; r++) resccl_all_reduce(a, a + 32, r ? 16 : 8, resccl_float32, resccl_sum, comm[r], NULL);

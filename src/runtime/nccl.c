@@ -4,9 +4,8 @@
 ** interposes on ncclCommInitAll, which also makes resccl communicators for
 ** the same GPUs and loads the plans RESCCL_NCCL_PLANS names; on
 ** ncclAllReduce, ncclAllGather and ncclReduceScatter, which run on resccl
-** where a plan is loaded for the collective and the runtime takes the call
-** (else NCCL runs it); and on the group, destroy and last-error calls that
-** must see both. The communicators the program holds are NCCL's own, so
+** where it has what the call needs (on_resccl), else on NCCL; and on the
+** group, destroy and last-error calls that must see both. The communicators the program holds are NCCL's own, so
 ** every other NCCL call reaches NCCL (libnccl.so.2) untouched; resccl's
 ** stand beside them in a table.
 */
@@ -85,7 +84,7 @@ typedef struct {
   ncclComm_t nccl;
   resccl_comm_t ours;
   int rank, planned[NCOLL]; /* a plan is loaded for the collective */
-  long on_resccl, on_nccl;  /* calls each ran, reported at destroy */
+  long on_resccl, on_nccl;  /* calls given to each, reported at destroy */
 } Pair;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -196,7 +195,7 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
 static void drop(ncclComm_t comm) {
   Pair *p = take(comm);
   if (!p) return;
-  if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls on resccl, %ld on NCCL\n", p->rank, p->on_resccl, p->on_nccl);
+  if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls to resccl, %ld to NCCL\n", p->rank, p->on_resccl, p->on_nccl);
   resccl_comm_destroy(p->ours);
   free(p);
 }
@@ -240,50 +239,37 @@ EXPORT const char *ncclGetLastError(ncclComm_t comm) {
   return nccl_ready() ? nccl_missing : nccl.GetLastError(comm);
 }
 
-/* May resccl run a call of collective c on p? NCCL's datatypes and ops
-   past resccl's (fp8, PreMulSum) stay NCCL's. */
-static int may_run(const Pair *p, int c, ncclDataType_t dt, int op) {
-  return p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops;
-}
-
-/* Did resccl settle a call that returned rc? What the runtime refuses (no
-   placement for it, a dtype RESCCL_DTYPES left out, a misaligned buffer)
-   runs on NCCL instead: the runtime refuses before it launches anything.
-   Other failures are the call's. */
-static int settled(Pair *p, resccl_result_t rc) {
-  if (rc == resccl_invalid_argument || rc == resccl_invalid_usage) return 0;
-  if (rc == resccl_success) __atomic_add_fetch(&p->on_resccl, 1, __ATOMIC_RELAXED);
-  return 1;
-}
-
-/* A call goes to NCCL: 0 if there is none to call. */
-static int to_nccl(Pair *p) {
-  if (p) __atomic_add_fetch(&p->on_nccl, 1, __ATOMIC_RELAXED);
+/* Does a call of collective c on p run on resccl? Where resccl lacks
+   NCCL's datatype or op (fp8, PreMulSum), has no plan for its size, no
+   kernels for its datatype (RESCCL_DTYPES) or no form for its placement,
+   NCCL runs it: on every rank alike, since that depends on the call's
+   arguments only. Buffers resccl refuses (misaligned) fail the call. */
+static int on_resccl(Pair *p, int c, const void *send, const void *recv, size_t count, ncclDataType_t dt, int op) {
+  int yes = p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops &&
+            resccl_call_supported(coll_names[c], send, recv, count, (resccl_datatype_t)dt, (resccl_red_op_t)op,
+                                  p->ours) == resccl_success;
+  if (p) __atomic_add_fetch(yes ? &p->on_resccl : &p->on_nccl, 1, __ATOMIC_RELAXED);
   failed_here = 0;
-  return !nccl_ready();
+  return yes;
 }
 
 EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   Pair *p = find(comm);
-  if (may_run(p, AR, datatype, op)) {
-    resccl_result_t rc = resccl_all_reduce(sendbuff, recvbuff, count, (resccl_datatype_t)datatype,
-                                           (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream);
-    if (settled(p, rc)) return from_resccl(rc);
-  }
-  if (!to_nccl(p)) return ncclSystemError;
+  if (on_resccl(p, AR, sendbuff, recvbuff, count, datatype, op))
+    return from_resccl(resccl_all_reduce(sendbuff, recvbuff, count, (resccl_datatype_t)datatype,
+                                         (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream));
+  if (nccl_ready()) return ncclSystemError;
   return nccl.AllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
 }
 
 EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                                   ncclComm_t comm, cudaStream_t stream) {
   Pair *p = find(comm);
-  if (may_run(p, AG, datatype, 0)) {
-    resccl_result_t rc = resccl_all_gather(sendbuff, recvbuff, sendcount, (resccl_datatype_t)datatype, p->ours,
-                                           (resccl_stream_t)stream);
-    if (settled(p, rc)) return from_resccl(rc);
-  }
-  if (!to_nccl(p)) return ncclSystemError;
+  if (on_resccl(p, AG, sendbuff, recvbuff, sendcount, datatype, 0))
+    return from_resccl(resccl_all_gather(sendbuff, recvbuff, sendcount, (resccl_datatype_t)datatype, p->ours,
+                                         (resccl_stream_t)stream));
+  if (nccl_ready()) return ncclSystemError;
   return nccl.AllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream);
 }
 
@@ -291,11 +277,9 @@ EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size
                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                       cudaStream_t stream) {
   Pair *p = find(comm);
-  if (may_run(p, RS, datatype, op)) {
-    resccl_result_t rc = resccl_reduce_scatter(sendbuff, recvbuff, recvcount, (resccl_datatype_t)datatype,
-                                               (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream);
-    if (settled(p, rc)) return from_resccl(rc);
-  }
-  if (!to_nccl(p)) return ncclSystemError;
+  if (on_resccl(p, RS, sendbuff, recvbuff, recvcount, datatype, op))
+    return from_resccl(resccl_reduce_scatter(sendbuff, recvbuff, recvcount, (resccl_datatype_t)datatype,
+                                             (resccl_red_op_t)op, p->ours, (resccl_stream_t)stream));
+  if (nccl_ready()) return ncclSystemError;
   return nccl.ReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
 }

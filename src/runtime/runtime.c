@@ -1039,8 +1039,18 @@ static resccl_result_t shape(Call *c, const Call *q, int n) {
   return resccl_success;
 }
 
-static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
-                               resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
+/* Is a call in place? NCCL's rule: an all-gather's input, or a
+   reduce-scatter's output, is the rank's share of the other buffer. */
+static int in_place(const char *coll, const void *send, const void *recv, size_t count, resccl_datatype_t dt,
+                    resccl_comm_t comm) {
+  size_t share = comm ? (size_t)comm->rank * count * ((unsigned)dt < resccl_num_types ? dtype_size[dt] : 1) : 0;
+  if (!strcmp(coll, "allgather")) return comm && (const char *)send == (const char *)recv + share;
+  if (!strcmp(coll, "reducescatter")) return comm && (const char *)recv == (const char *)send + share;
+  return send == recv;
+}
+
+/* The checks every call passes first, whatever its count: success, or the error it gets. */
+static resccl_result_t check_call(const char *coll, resccl_datatype_t dt, resccl_red_op_t op, resccl_comm_t comm) {
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
   if (*(volatile int *)comm->g->stop)
     return rt_fail(resccl_timeout, "%s: an earlier collective of this communicator timed out", coll);
@@ -1048,12 +1058,15 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
     return rt_fail(resccl_invalid_argument, "%s: datatype %d is not supported", coll, (int)dt);
   if ((unsigned)op >= resccl_num_ops)
     return rt_fail(resccl_invalid_argument, "%s: reduction op %d is not supported", coll, (int)op);
-  size_t es = dtype_size[dt];
-  if (count == 0) return resccl_success;
-  if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
-  if ((uintptr_t)send % es || (uintptr_t)recv % es)
-    return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);
-  size_t per = es * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1);
+  return resccl_success;
+}
+
+/* What runs a checked call of count > 0 elements, whatever its buffers: its
+   plan and form, or the error the call is refused with; the same on every
+   rank for the same arguments. */
+static resccl_result_t resolve(const char *coll, size_t count, resccl_datatype_t dt, resccl_comm_t comm, int inplace,
+                               RtPlan **plan, Variant **form) {
+  size_t per = dtype_size[dt] * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1);
   if (count > SIZE_MAX / per) return rt_fail(resccl_invalid_argument, "%s: count %zu is too large", coll, count);
   size_t bytes = count * per; /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
@@ -1063,6 +1076,32 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
                    dtype_name[dt]);
   Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
+  *plan = p, *form = v;
+  return resccl_success;
+}
+
+resccl_result_t resccl_call_supported(const char *coll, const void *send, const void *recv, size_t count,
+                                      resccl_datatype_t dt, resccl_red_op_t op, resccl_comm_t comm) {
+  if (!coll || (strcmp(coll, "allreduce") && strcmp(coll, "allgather") && strcmp(coll, "reducescatter") &&
+                strcmp(coll, "alltoall")))
+    return rt_fail(resccl_invalid_argument, "unknown collective %s", coll ? coll : "(null)");
+  resccl_result_t rc = check_call(coll, dt, op, comm);
+  RtPlan *p;
+  Variant *v;
+  return rc || count == 0 ? rc : resolve(coll, count, dt, comm, in_place(coll, send, recv, count, dt, comm), &p, &v);
+}
+
+static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
+                               resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
+  resccl_result_t rc = check_call(coll, dt, op, comm);
+  if (rc != resccl_success || count == 0) return rc;
+  size_t es = dtype_size[dt];
+  if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
+  if ((uintptr_t)send % es || (uintptr_t)recv % es)
+    return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);
+  RtPlan *p;
+  Variant *v;
+  if ((rc = resolve(coll, count, dt, comm, inplace, &p, &v)) != resccl_success) return rc;
   Call c = {comm, v, p, {(char *)send, (char *)recv, NULL}, count, es, 0, (int)dt, (int)op, (cudaStream_t)stream, 0, 0};
   if (group.depth == 0) return launch(&c, 1);
   if (group.n == group.cap) {
@@ -1388,16 +1427,14 @@ resccl_result_t resccl_all_reduce(const void *send, void *recv, size_t count, re
 
 resccl_result_t resccl_all_gather(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_comm_t comm,
                                   resccl_stream_t stream) {
-  size_t es = (unsigned)dt < resccl_num_types ? dtype_size[dt] : 1;
-  int inplace = comm && send == (const char *)recv + (size_t)comm->rank * count * es;
-  return enqueue("allgather", send, recv, count, dt, resccl_sum, comm, stream, inplace);
+  return enqueue("allgather", send, recv, count, dt, resccl_sum, comm, stream,
+                 in_place("allgather", send, recv, count, dt, comm));
 }
 
 resccl_result_t resccl_reduce_scatter(const void *send, void *recv, size_t count, resccl_datatype_t dt,
                                       resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream) {
-  size_t es = (unsigned)dt < resccl_num_types ? dtype_size[dt] : 1;
-  int inplace = comm && (const char *)recv == (const char *)send + (size_t)comm->rank * count * es;
-  return enqueue("reducescatter", send, recv, count, dt, op, comm, stream, inplace);
+  return enqueue("reducescatter", send, recv, count, dt, op, comm, stream,
+                 in_place("reducescatter", send, recv, count, dt, comm));
 }
 
 resccl_result_t resccl_all_to_all(const void *send, void *recv, size_t count, resccl_datatype_t dt, resccl_comm_t comm,
