@@ -54,6 +54,15 @@ static int l_program_new(lua_State *L) {
   if (chunks < 1 || chunks > 1 << 16) return luaL_error(L, "chunks must be 1..65536, got %d", chunks);
   Program **box = newprogram(L); /* stack: def, name, coll, file, prog */
   *box = prog_new(name, (Coll)c, ranks, gpn, chunks);
+  /* Later stages keep state per rank and chunk of every buffer (elide.c,
+     dag.c, verify.c): all ranks' input and output chunks together stay under
+     MAX_CHUNKS, as their scratch does (prog_add). At 1024 ranks that admits
+     every shipped algorithm (all-reduce's 1024 chunks a block: 2^21) and an
+     all-to-all of 8 chunks a block. */
+  long long n = (long long)ranks * (prog_bufchunks(*box, BUF_INPUT) + prog_bufchunks(*box, BUF_OUTPUT));
+  if (n > MAX_CHUNKS)
+    return luaL_error(L, "%d ranks of %d chunks per block make %I input and output chunks, more than %d", ranks,
+                      chunks, (lua_Integer)n, MAX_CHUNKS);
   (*box)->at = (Src){prog_file(*box, file), line};
   return 1;
 }

@@ -403,10 +403,12 @@ function Algorithm:program(args)
     error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
   end
   a.chunks = chunks
-  a._prog = core.program {
+  local ok, prog = pcall(core.program, {
     name = self.name, collective = self.collective, ranks = t.ranks, gpn = t.gpn, chunks = chunks,
     file = self.file, line = self.line,
-  }
+  })
+  if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
+  a._prog = prog
   budgeted(self.file, self.build, a)
   if a._paper and self.collective == "reducescatter" then
     for r = 0, t.ranks - 1 do

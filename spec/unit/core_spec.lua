@@ -35,6 +35,15 @@ describe("core.program", function()
       h.pcall_err(core.program, { collective = "allgather", ranks = 2, chunks = "x" }))
   end)
 
+  it("refuses buffers later stages cannot hold state for", function()
+    -- 64 x (64 + 64) x 65536 = 2^29 input and output chunks: the DAG stage's
+    -- per-chunk tables would need gigabytes
+    assert.matches("64 ranks of 65536 chunks per block make 536870912 input and output chunks, more than 16777216",
+      h.pcall_err(core.program, { collective = "alltoall", ranks = 64, chunks = 65536 }))
+    local p = core.program { collective = "alltoall", ranks = 1024, chunks = 8 } -- 2^24: the most there is
+    assert.equal(8, p:info().chunks)
+  end)
+
   it("records transfers, split at block boundaries, with their positions", function()
     local p = core.program { name = "rs", collective = "reducescatter", ranks = 2, chunks = 2 }
     local first, n = p:xfer(0, "input", 0, 0, "scratch", 0, 4, "copy", 0, "rs.lua:7")

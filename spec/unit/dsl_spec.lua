@@ -71,6 +71,14 @@ describe("builder", function()
     assert.matches("dsl_spec.lua:%d+: input chunk 1 out of range %(input has 1 chunks per rank%)", err)
   end)
 
+  it("reports a program too large for the core at the algorithm's line", function()
+    local err = h.pcall_err(program, function(a) a:chunk(0, "input", 0):copy(1, "output", 0) end, { ranks = 64 },
+      { chunks = 65536 })
+    assert.matches("dsl_spec.lua:%d+: 64 ranks of 65536 chunks per block make 272629760 input and output chunks", err)
+    err = h.pcall_err(program, print, { ranks = 4 }, { chunks = 100000 })
+    assert.matches("^[^:]*dsl_spec.lua:%d+: chunks must be 1..65536, got 100000$", err)
+  end)
+
   it("supports MSCCLang-style chunks, copy and reduce", function()
     local alg = resccl.algorithm {
       name = "ar2", collective = "allreduce", chunks = 1,
