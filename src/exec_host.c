@@ -251,6 +251,13 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   memset(res, 0, sizeof *res);
   ExecOpts oo = *o;
   RC_CHECK(exec_check_sizes(pl, &oo, e));
+  /* The host's FIFOs are host memory too (up to 2^20 slots of 1 GiB each). */
+  double fifos = (double)pl->nconn * (double)oo.nslots * (double)(o->slot_bytes / es * es);
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (have > 0 && 2 * fifos > have)
+    return err_set(e, RC_ESIZE, "slots=%d slot_bytes=%zu: the %d connections' FIFOs need %.0f MiB of host memory, "
+                   "more than half of this machine's %.0f MiB", oo.nslots, o->slot_bytes, pl->nconn, fifos / (1 << 20),
+                   have / (1 << 20));
   RxRun run = {.nranks = R, .chunks = C, .nmicro = o->nmicro, .nslots = oo.nslots, .count = N, .esize = es,
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
                .direct = o->direct,

@@ -190,6 +190,10 @@ describe("core.compile", function()
     assert.is_nil(none)
     assert.matches("count 1099511627776: the 4 ranks' buffers need %d+ MiB of host memory", err)
     assert.equal("bad size", code)
+    none, err, code = plan:exec { slots = 2 ^ 20, slot_bytes = 2 ^ 30 } -- 2^50 bytes a connection
+    assert.is_nil(none)
+    assert.matches("slots=1048576 slot_bytes=1073741824: the %d+ connections' FIFOs need %d+ MiB of host memory", err)
+    assert.equal("bad size", code)
   end)
 
   it("refuses uneven sizes a transfer between different chunk positions cannot split", function()
