@@ -201,6 +201,27 @@ describe("MSCCL++ JSON import", function()
         err { coll = "allgather", chunks = { 1, 2, 0 }, [0] = g(0, false), [1] = g(1, false) })
     end)
 
+    it("a semaphore's initial count lets as many acquires through, at no cost per count", function()
+      local function g(r)
+        return {
+          { op("copy", { L("i", 0) }, { L("o", r) }), op("sem_release", nil, nil, '"semaphore_ids": [0]') },
+          { op("sem_acquire", nil, nil, '"semaphore_ids": [0]'), op("put", { L("o", r) }, { R(1, r) }, MEM),
+            sig "signal", sig "wait" },
+        }
+      end
+      -- the acquire takes one of the 2^20 initial releases, not the copy's
+      local text = plan { coll = "allgather", chunks = { 1, 2, 0 }, [0] = g(0), [1] = g(1) }
+        :gsub('"init_value": 0', '"init_value": 1048576')
+      collectgarbage "collect"
+      collectgarbage "stop" -- what the import allocates stays counted
+      local before = collectgarbage "count"
+      local e = h.pcall_err(import.from_text, text, "t.json")
+      local kib = collectgarbage "count" - before
+      collectgarbage "restart"
+      assert.matches("^t.json:9: gpu 0 tb 1 op 1 %(put%) and gpu 0 tb 0 op 0 %(copy%) %(line 4%) race", e)
+      assert.is_true(kib < 16384, ("the import allocated %.0f KiB"):format(kib))
+    end)
+
     it("tbg_info: each TB of a group moves its slice, so chunks are split", function()
       -- Two TBs copy and put a half each of a 2-chunk block, meet at a
       -- barrier, and TB 0 signals the peer for both.

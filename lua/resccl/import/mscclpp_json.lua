@@ -664,10 +664,12 @@ local function run(plan)
   local function chan_key(r, ty, c) return ("c%d:%s:%d"):format(r, ty, c) end
   local function sem_key(r, s) return ("s%d:%d"):format(r, s) end
   local function unit_key(x, u) return ((x.rank * 3 + BUF_CODE[x.buf]) << 40) + u end
+  -- A semaphore's initial count is releases nobody made, taken before any
+  -- made later; kept as a number (init_value goes to 2^20, for every one of
+  -- a GPU's semaphores).
+  local INIT = { vc = {} }
   for r = 0, plan.ranks - 1 do
-    for s, n in ipairs(G[r].sems) do
-      for _ = 1, n do push(sem_key(r, s - 1), { vc = {} }) end
-    end
+    for s, n in ipairs(G[r].sems) do queue[sem_key(r, s - 1)] = { h = 1, t = 0, init = n } end
   end
   -- The channel a signal on (rank, type, id) arrives on.
   local function partner(op, c)
@@ -737,7 +739,7 @@ local function run(plan)
     elseif op.sync == "acquire" then
       for _, s in ipairs(op.sems) do
         local q = queue[sem_key(tb.rank, s)]
-        if not q or q.h > q.t then
+        if not q or q.h > q.t and q.init == 0 then
           block(tb, sem_key(tb.rank, s), ("%s (line %d) waits for a release of gpu %d's semaphore %d"):format(op.what,
             op.line, tb.rank, s))
           return false
@@ -745,8 +747,12 @@ local function run(plan)
       end
       for _, s in ipairs(op.sems) do
         local q = queue[sem_key(tb.rank, s)]
-        from[#from + 1] = q[q.h]
-        q[q.h], q.h = nil, q.h + 1
+        if q.init > 0 then
+          from[#from + 1], q.init = INIT, q.init - 1
+        else
+          from[#from + 1] = q[q.h]
+          q[q.h], q.h = nil, q.h + 1
+        end
       end
     elseif op.sync == "barrier" then
       local key = tb.rank .. ":" .. op.barrier
