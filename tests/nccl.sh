@@ -6,6 +6,7 @@
 #    resccl's plans; fp8 and f16 all-reduces (no kernels for them) left to NCCL.
 # 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
 #    no plan fits (none has one rank) and NCCL runs them, checked the same.
+# Both with communicators of ncclCommInitAll and of ncclCommInitRank in a group.
 # Exits 77 (skipped) where there is no GPU.
 set -eu
 bin=$1 shim=$2 test=$3 fake=$4
@@ -40,15 +41,18 @@ expect() {
   [ "$n" = "$2" ] || { cat "$tmp/$1.log"; echo "nccl.sh: '$3' on $n lines of $1, not $2"; exit 1; }
 }
 plans2=$(plans 2)
-LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake 2 virtual
-expect fake 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
-expect fake 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
-if [ "$ngpu" -ge 2 ]; then
-  RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl "$ngpu"
-  expect nccl "$ngpu" ': 12 calls to resccl, 0 to NCCL$'
-else
-  RESCCL_NCCL_PLANS=$plans2 run nccl 1
-  expect nccl 3 'resccl-nccl: .*not used: .*'
-  expect nccl 0 'calls to resccl'
-fi
+# communicators of ncclCommInitAll, then of ncclCommInitRank in a group
+for how in all rank; do
+  LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake-$how 2 virtual $how
+  expect fake-$how 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
+  expect fake-$how 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
+  if [ "$ngpu" -ge 2 ]; then
+    RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl-$how "$ngpu" $how
+    expect nccl-$how "$ngpu" ': 12 calls to resccl, 0 to NCCL$'
+  else
+    RESCCL_NCCL_PLANS=$plans2 run nccl-$how 1 $how
+    expect nccl-$how 3 'resccl-nccl: .*not used: .*'
+    expect nccl-$how 0 'calls to resccl'
+  fi
+done
 echo "nccl.sh: passed"

@@ -3,12 +3,14 @@
 ** preloaded (tests/nccl.sh): ncclCommInitAll on N ranks (`virtual`: all on
 ** GPU 0, which only the fake NCCL of tests/fake_nccl.c accepts), then
 ** all-reduce, all-gather and reduce-scatter of f32 and bf16 data in groups,
+** (`rank`: communicators made as one process makes them for its GPUs, by
+** ncclCommInitRank in a group),
 ** out of place and in place, each checked exactly against a reference
 ** computed here, outputs poisoned first. Under the fake NCCL, which runs
 ** nothing, every checked call must have run on resccl, fp8 and f16
 ** all-reduces (no resccl dtype, no kernels under RESCCL_DTYPES) must have
 ** reached NCCL, and a misaligned one must fail with resccl's message.
-**   test_nccl N [virtual]      exits 77 where there is no GPU
+**   test_nccl N [virtual] [rank]      exits 77 where there is no GPU
 */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -105,11 +107,22 @@ int main(int argc, char **argv) {
   int ngpu = 0;
   if (cudaGetDeviceCount(&ngpu) != cudaSuccess || ngpu == 0) return puts("no GPU: skipped"), 77;
   R = argc > 1 ? atoi(argv[1]) : ngpu;
-  int virt = argc > 2 && !strcmp(argv[2], "virtual");
-  if (R < 1 || R > MAXR || (!virt && R > ngpu)) return fprintf(stderr, "usage: test_nccl N [virtual]\n"), 2;
+  int virt = 0, by_rank = 0;
+  for (int i = 2; i < argc; i++) virt |= !strcmp(argv[i], "virtual"), by_rank |= !strcmp(argv[i], "rank");
+  if (R < 1 || R > MAXR || (!virt && R > ngpu)) return fprintf(stderr, "usage: test_nccl N [virtual] [rank]\n"), 2;
   for (int r = 0; r < R; r++) dev[r] = virt ? 0 : r;
-  ncclResult_t rc = ncclCommInitAll(comm, R, dev);
-  if (rc != ncclSuccess) return fprintf(stderr, "ncclCommInitAll: %s\n", ncclGetErrorString(rc)), 1;
+  ncclResult_t rc;
+  if (by_rank) {
+    ncclUniqueId id;
+    rc = ncclGetUniqueId(&id);
+    ncclGroupStart();
+    for (int r = 0; r < R && rc == ncclSuccess; r++) cudaSetDevice(dev[r]), rc = ncclCommInitRank(&comm[r], R, id, r);
+    ncclResult_t end = ncclGroupEnd();
+    rc = rc ? rc : end;
+  } else {
+    rc = ncclCommInitAll(comm, R, dev);
+  }
+  if (rc != ncclSuccess) return fprintf(stderr, "communicators: %s\n", ncclGetErrorString(rc)), 1;
   for (int r = 0; r < R; r++) cudaSetDevice(dev[r]), cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking);
   static const char *const colls[] = {"allreduce", "allgather", "reducescatter"};
   for (int c = 0; c < 3; c++)

@@ -2,7 +2,9 @@
 ** nccl.c — libresccl-nccl.so: a program that uses NCCL runs its
 ** collectives on resccl plans, unchanged. Preloaded (LD_PRELOAD), it
 ** interposes on ncclCommInitAll, which also makes resccl communicators for
-** the same GPUs and loads the plans RESCCL_NCCL_PLANS names; on
+** the same GPUs and loads the plans RESCCL_NCCL_PLANS names (as do
+** ncclCommInitRank and ncclCommInitRankConfig, for a group's complete sets
+** of ranks); on
 ** ncclAllReduce, ncclAllGather and ncclReduceScatter, which run on resccl
 ** where it has what the call needs (on_resccl), else on NCCL; and on the
 ** group, destroy and last-error calls that must see both. The communicators the program holds are NCCL's own, so
@@ -26,6 +28,9 @@
 /* NCCL's functions that the ones below stand in front of. */
 static struct {
   ncclResult_t (*CommInitAll)(ncclComm_t *, int, const int *);
+  ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+  ncclResult_t (*CommInitRankConfig)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+  ncclResult_t (*CommCuDevice)(const ncclComm_t, int *);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
   ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
@@ -49,7 +54,7 @@ static void nccl_load(void) {
     const char *name;
   } syms[] = {
 #define SYM(f) {offsetof(__typeof__(nccl), f), "nccl" #f}
-      SYM(CommInitAll), SYM(CommDestroy), SYM(CommAbort), SYM(AllReduce), SYM(AllGather),
+      SYM(CommInitAll), SYM(CommInitRank), SYM(CommInitRankConfig), SYM(CommCuDevice), SYM(CommDestroy), SYM(CommAbort), SYM(AllReduce), SYM(AllGather),
       SYM(ReduceScatter), SYM(GroupStart), SYM(GroupEnd), SYM(GetLastError),
 #undef SYM
   };
@@ -149,23 +154,24 @@ static int load_plans(resccl_comm_t *ours, const char *list) {
   return loaded;
 }
 
-EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
-  if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
-  ncclResult_t rc = nccl.CommInitAll(comms, ndev, devlist);
+/* Make resccl communicators beside NCCL's comms[0..n-1], rank r on GPU
+   devs[r], and load the plans on them; where that fails, NCCL runs every
+   call of these comms. */
+static void pair_up(ncclComm_t *comms, int n, const int *devs) {
   const char *plans = getenv("RESCCL_NCCL_PLANS");
-  if (rc != ncclSuccess || !plans || !*plans) return rc;
-  resccl_comm_t *ours = calloc((size_t)ndev, sizeof *ours);
-  if (!ours) return rc;
-  if (resccl_comm_init_all(ours, ndev, devlist) != resccl_success) {
+  if (!plans || !*plans) return;
+  resccl_comm_t *ours = calloc((size_t)n, sizeof *ours);
+  if (!ours) return;
+  if (resccl_comm_init_all(ours, n, devs) != resccl_success) {
     fprintf(stderr, "resccl-nccl: NCCL runs every call: %s\n", resccl_get_last_error());
-    return free(ours), rc;
+    return free(ours);
   }
   if (load_plans(ours, plans) == 0) {
-    for (int r = 0; r < ndev; r++) resccl_comm_destroy(ours[r]);
-    return free(ours), rc;
+    for (int r = 0; r < n; r++) resccl_comm_destroy(ours[r]);
+    return free(ours);
   }
   int added = 0;
-  for (; added < ndev; added++) {
+  for (; added < n; added++) {
     Pair *p = malloc(sizeof *p);
     if (p) *p = (Pair){.nccl = comms[added], .ours = ours[added], .rank = added};
     for (int c = 0; p && c < NCOLL; c++) {
@@ -177,17 +183,89 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
       break;
     }
   }
-  if (added < ndev) { /* all ranks or none */
+  if (added < n) { /* all ranks or none */
     fprintf(stderr, "resccl-nccl: out of memory: NCCL runs every call\n");
-    for (int r = 0; r < ndev; r++) free(take(comms[r])), resccl_comm_destroy(ours[r]);
+    for (int r = 0; r < n; r++) free(take(comms[r])), resccl_comm_destroy(ours[r]);
   } else if (info()) {
     Pair *p = find(comms[0]);
-    fprintf(stderr, "resccl-nccl: %d ranks: resccl runs", ndev);
+    fprintf(stderr, "resccl-nccl: %d ranks: resccl runs", n);
     for (int c = 0; c < NCOLL; c++)
       if (p->planned[c]) fprintf(stderr, " %s", coll_names[c]);
     fprintf(stderr, "\n");
   }
   free(ours);
+}
+
+EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
+  if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
+  ncclResult_t rc = nccl.CommInitAll(comms, ndev, devlist);
+  if (rc == ncclSuccess) pair_up(comms, ndev, devlist);
+  return rc;
+}
+
+/*
+** Communicators made rank by rank: resccl pairs those of one ncclUniqueId
+** whose every rank this thread made in one group (how one process drives
+** all its GPUs: ncclGroupStart, ncclCommInitRank per GPU, ncclGroupEnd).
+** Ranks made elsewhere (other threads, other processes), or left pending
+** by a non-blocking config, stay NCCL's alone.
+*/
+typedef struct {
+  ncclComm_t *comm; /* where NCCL writes the communicator */
+  ncclUniqueId id;
+  int nranks, rank;
+} Pending;
+
+static __thread Pending *pending;
+static __thread int npending, cappending, depth; /* depth: this thread's open groups */
+
+static void remember(ncclComm_t *comm, ncclUniqueId id, int nranks, int rank) {
+  if (npending == cappending) {
+    int cap = cappending ? 2 * cappending : 8;
+    Pending *grown = realloc(pending, (size_t)cap * sizeof *grown);
+    if (!grown) return; /* this rank's set stays incomplete: NCCL's */
+    pending = grown, cappending = cap;
+  }
+  pending[npending++] = (Pending){comm, id, nranks, rank};
+}
+
+/* Pair every complete set of pending ranks (the n ranks of one id, each
+   once; a set is paired at its first rank), then forget them all. */
+static void settle(int ok) {
+  for (int i = 0; ok && i < npending; i++) {
+    const Pending *a = &pending[i];
+    int n = a->nranks, seen = 0, first = 1;
+    for (int j = 0; j < i && first; j++) first = memcmp(&pending[j].id, &a->id, sizeof a->id) != 0;
+    if (!first || n < 1 || n > npending) continue;
+    ncclComm_t *comms = calloc((size_t)n, sizeof *comms);
+    int *devs = calloc((size_t)n, sizeof *devs);
+    for (int j = i; comms && devs && j < npending; j++) {
+      const Pending *q = &pending[j];
+      if (memcmp(&q->id, &a->id, sizeof a->id) || q->nranks != n || q->rank < 0 || q->rank >= n || comms[q->rank])
+        continue;
+      if (nccl.CommCuDevice(*q->comm, &devs[q->rank]) == ncclSuccess) comms[q->rank] = *q->comm, seen++;
+    }
+    if (seen == n) pair_up(comms, n, devs);
+    free(comms), free(devs);
+  }
+  free(pending);
+  pending = NULL, npending = cappending = 0;
+}
+
+EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
+  ncclResult_t rc = nccl.CommInitRank(comm, nranks, id, rank);
+  if (rc == ncclSuccess && comm) remember(comm, id, nranks, rank);
+  if (depth == 0) settle(rc == ncclSuccess);
+  return rc;
+}
+
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                           ncclConfig_t *config) {
+  if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
+  ncclResult_t rc = nccl.CommInitRankConfig(comm, nranks, id, rank, config);
+  if (rc == ncclSuccess && comm) remember(comm, id, nranks, rank);
+  if (depth == 0) settle(rc == ncclSuccess);
   return rc;
 }
 
@@ -222,6 +300,7 @@ EXPORT ncclResult_t ncclGroupStart(void) {
   if (mine != resccl_success) return from_resccl(mine);
   ncclResult_t rc = nccl.GroupStart();
   if (rc != ncclSuccess) resccl_group_end(); /* nothing queued yet */
+  else depth++;
   return rc;
 }
 
@@ -229,6 +308,7 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
   if (nccl_ready()) return ncclSystemError;
   resccl_result_t mine = resccl_group_end();
   ncclResult_t rc = nccl.GroupEnd();
+  if (depth > 0 && --depth == 0) settle(rc == ncclSuccess); /* the ranks it made are ready now */
   if (mine != resccl_success) return from_resccl(mine);
   failed_here = 0;
   return rc;
