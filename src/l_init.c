@@ -6,8 +6,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "lbind.h"
 #include "wfile.h"
@@ -127,25 +130,31 @@ static int l_write_file(lua_State *L) {
 */
 typedef struct {
   size_t used, limit; /* bytes held; growth past limit is refused */
-  int refused;        /* an allocation was refused since the cap was set */
 } MemCap;
 
 static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   MemCap *m = ud;
   if (!ptr) osize = 0; /* osize is then the kind of object, not a size */
   if (nsize == 0) return free(ptr), m->used -= osize, NULL;
-  if (nsize > osize && nsize - osize > m->limit - m->used) return m->refused = 1, NULL;
+  if (nsize > osize && nsize - osize > m->limit - m->used) return NULL;
   void *q = realloc(ptr, nsize);
   if (q) m->used += nsize - osize; /* unsigned: wraps back for a shrink */
   return q;
 }
 
+static int l_panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "resccl: unprotected Lua error: %s\n", msg ? msg : "(not a string)");
+  return 0; /* then Lua aborts */
+}
+
 lua_State *l_newstate(void) {
   MemCap *m = malloc(sizeof *m);
   if (!m) return NULL;
-  *m = (MemCap){0, SIZE_MAX, 0};
+  *m = (MemCap){0, SIZE_MAX};
   lua_State *L = lua_newstate(l_alloc, m);
-  if (!L) free(m);
+  if (!L) return free(m), NULL;
+  lua_atpanic(L, l_panic);
   return L;
 }
 
@@ -156,25 +165,51 @@ void l_close(lua_State *L) {
   free(m);
 }
 
-/* core.memory_cap(bytes) lets the state hold at most bytes more than it does
-   now; core.memory_cap() lifts the cap. Returns false where the state does
-   not allocate through l_alloc (resccl.core in a stock lua5.4). */
-static int l_memory_cap(lua_State *L) {
+/* The state's MemCap, or NULL where it does not allocate through l_alloc
+   (resccl.core in a stock lua5.4: no caps or alarms in another program). */
+static MemCap *memcap(lua_State *L) {
   void *ud;
-  lua_Alloc f = lua_getallocf(L, &ud);
+  return lua_getallocf(L, &ud) == l_alloc ? ud : NULL;
+}
+
+/* core.memory_cap(bytes) lets the state hold at most bytes more than it does
+   now; core.memory_cap() lifts the cap. Returns false where there is no cap. */
+static int l_memory_cap(lua_State *L) {
   lua_Number n = luaL_optnumber(L, 1, -1);
-  if (f != l_alloc) return lua_pushboolean(L, 0), 1;
-  MemCap *m = ud;
-  m->limit = n < 0 || n >= (lua_Number)(SIZE_MAX - m->used) ? SIZE_MAX : m->used + (size_t)n;
-  m->refused = 0;
-  lua_pushboolean(L, 1);
+  MemCap *m = memcap(L);
+  if (m) m->limit = n < 0 || n >= (lua_Number)(SIZE_MAX - m->used) ? SIZE_MAX : m->used + (size_t)n;
+  lua_pushboolean(L, m != NULL);
   return 1;
 }
 
-/* core.memory_refused() -> true when an allocation was refused under the cap */
-static int l_memory_refused(lua_State *L) {
-  void *ud;
-  lua_pushboolean(L, lua_getallocf(L, &ud) == l_alloc && ((MemCap *)ud)->refused);
+/* core.alarm(seconds, message) ends the process (message on stderr, exit
+   status 1) once it has used that much more CPU time, unless core.alarm()
+   disarms it first: the last word on a script stuck where no hook runs. */
+static char alarm_msg[512];
+static size_t alarm_len;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  ssize_t w = write(2, alarm_msg, alarm_len);
+  (void)w;
+  _exit(1);
+}
+
+static int l_alarm(lua_State *L) {
+  lua_Number secs = luaL_optnumber(L, 1, 0);
+  struct itimerval t = {{0, 0}, {0, 0}};
+  if (!memcap(L)) return lua_pushboolean(L, 0), 1;
+  if (secs > 0) {
+    const char *msg = luaL_checklstring(L, 2, &alarm_len);
+    if (alarm_len >= sizeof alarm_msg) alarm_len = sizeof alarm_msg - 1;
+    memcpy(alarm_msg, msg, alarm_len);
+    signal(SIGPROF, on_alarm);
+    t.it_value.tv_sec = secs > 1e9 ? 1000000000 : (time_t)secs;
+    t.it_value.tv_usec = (suseconds_t)((secs - (double)(time_t)secs) * 1e6) % 1000000;
+    if (t.it_value.tv_sec == 0 && t.it_value.tv_usec == 0) t.it_value.tv_usec = 1;
+  }
+  setitimer(ITIMER_PROF, &t, NULL); /* all zero: disarmed */
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -202,8 +237,8 @@ int luaopen_resccl_core(lua_State *L) {
   lua_setfield(L, -2, "clock");
   lua_pushcfunction(L, l_memory_cap);
   lua_setfield(L, -2, "memory_cap");
-  lua_pushcfunction(L, l_memory_refused);
-  lua_setfield(L, -2, "memory_refused");
+  lua_pushcfunction(L, l_alarm);
+  lua_setfield(L, -2, "alarm");
   lua_pushcfunction(L, l_file_kind);
   lua_setfield(L, -2, "file_kind");
   lua_pushcfunction(L, l_write_file);

@@ -46,9 +46,12 @@ for how in all rank; do
   LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake-$how 2 virtual $how
   expect fake-$how 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
   expect fake-$how 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
-  if [ "$ngpu" -ge 2 ]; then
-    RESCCL_NCCL_PLANS=$(plans "$ngpu") run nccl-$how "$ngpu" $how
-    expect nccl-$how "$ngpu" ': 12 calls to resccl, 0 to NCCL$'
+  if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+    echo "no libnccl.so.2 on this machine: the runs under NCCL itself are skipped"
+  elif [ "$ngpu" -ge 2 ]; then
+    n=$([ "$ngpu" -gt 8 ] && echo 8 || echo "$ngpu") # test_nccl's most
+    RESCCL_NCCL_PLANS=$(plans "$n") run nccl-$how "$n" $how
+    expect nccl-$how "$n" ': 12 calls to resccl, 0 to NCCL$'
   else
     RESCCL_NCCL_PLANS=$plans2 run nccl-$how 1 $how
     expect nccl-$how 3 'resccl-nccl: .*not used: .*'

@@ -39,20 +39,22 @@ end
 
 local function isint(v) return math.type(v) == "integer" end
 
+-- Each class keeps its methods apart from its metatable, so that no field
+-- of an instance a script holds (x.__index) leads to what every script shares.
 local Algorithm = {}
-Algorithm.__index = Algorithm
-Algorithm.__name = "resccl.Algorithm"
+local AlgorithmMT = { __index = Algorithm, __name = "resccl.Algorithm" }
 
-function Algorithm:__tostring()
+function AlgorithmMT:__tostring()
   return ("Algorithm %s: %s (%s:%d)"):format(self.name, self.collective, self.file, self.line)
 end
 
 local registered -- the last algorithm a script registered
 local loading    -- the script M.load is running
+-- What resccl.algorithm{} gave back, and the definition it registered: the
+-- host keeps its own copy, of values whose types were checked, so that
+-- nothing a script does to what it holds runs as the host reads it.
+local issued = setmetatable({}, { __mode = "k" })
 
--- Where resccl.algorithm{} was called. `return resccl.algorithm{...}` is a
--- tail call that leaves no frame, so then the first line of the loading
--- script that mentions resccl.algorithm stands in.
 local function definition_site()
   local info = debug.getinfo(3, "Sl")
   if info and info.what ~= "C" and not debug.getinfo(2, "t").istailcall then
@@ -77,7 +79,8 @@ function M.algorithm(def)
   local file, line = definition_site()
   local function fail(msg) error(("%s:%d: %s"):format(file, line, msg), 0) end
   if type(def) ~= "table" then fail("resccl.algorithm expects a table, got " .. type(def)) end
-  for k, v in pairs(def) do
+  local alg = setmetatable({}, AlgorithmMT)
+  for k, v in next, def do -- raw: a definition's metatable is not consulted
     local spec = KEYS[k]
     if not spec then
       local known = {}
@@ -88,20 +91,30 @@ function M.algorithm(def)
     if not typeok(v, spec) then
       fail(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)))
     end
+    alg[k] = v
   end
   for _, k in ipairs { "name", "collective", "build" } do
-    if def[k] == nil then fail(("resccl.algorithm{} needs '%s'"):format(k)) end
+    if alg[k] == nil then fail(("resccl.algorithm{} needs '%s'"):format(k)) end
   end
-  if not COLLECTIVES[def.collective] then
-    fail(("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)"):format(def.collective))
+  if not COLLECTIVES[alg.collective] then
+    fail(("unknown collective '%s' (allgather, reducescatter, allreduce, alltoall)"):format(alg.collective))
   end
-  local alg = setmetatable({}, Algorithm)
-  for k, v in pairs(def) do alg[k] = v end
-  alg.params = def.params or {}
+  alg.params = {}
+  for k, v in next, def.params or {} do
+    if type(k) ~= "string" or not typeok(v, "number|string|boolean") then
+      fail(("params: %s = %s: a name and a number, string or boolean expected"):format(tostring(k), type(v)))
+    end
+    alg.params[k] = v
+  end
   alg.file, alg.line = file, line
-  if alg.inplace == nil then alg.inplace = def.collective ~= "alltoall" end
+  if alg.inplace == nil then alg.inplace = alg.collective ~= "alltoall" end
   registered = alg
-  return alg
+  local handed = setmetatable({}, AlgorithmMT)
+  for k, v in next, alg do handed[k] = v end
+  handed.params = {}
+  for k, v in next, alg.params do handed.params[k] = v end
+  issued[handed] = alg
+  return handed
 end
 
 -- Convert a key=value string to the type of the parameter's default.
@@ -122,7 +135,7 @@ end
 -- ------------------------------------------------------------------ builder
 
 local Builder = {}
-Builder.__index = Builder
+local BuilderMT = { __index = Builder }
 
 -- The buffer the paper's single data buffer maps to, per collective.
 local DATA = { allgather = "output", allreduce = "output", reducescatter = "scratch" }
@@ -164,9 +177,9 @@ function Builder:transfer(src, dst, step, chunk, kind)
 end
 
 local Ref = {}
-Ref.__index = Ref
+local RefMT = { __index = Ref }
 
-function Ref:__tostring()
+function RefMT:__tostring()
   return ("chunk(rank %d, %s[%d%s])"):format(self.rank, self.buf, self.index,
     self.count > 1 and ("+" .. self.count) or "")
 end
@@ -189,7 +202,7 @@ function Builder:chunk(rank, buf, index, count)
   if rank < 0 or rank >= self.ranks then
     error(("rank %d out of range (program has %d ranks)"):format(rank, self.ranks), 2)
   end
-  return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, Ref)
+  return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, RefMT)
 end
 
 -- Placement keys and their largest values (a plan has at most 1024 TBs a rank, core.h's MAX_TBS).
@@ -236,12 +249,12 @@ function Ref:copy(rank, buf, index, at)
   local a = self.a
   local first, n = a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
   place(a, "copy", first, n, self.rank, rank, at)
-  return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, Ref)
+  return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, RefMT)
 end
 
 --- Reduce `other` into these chunks: self = self (+) other. `at` as for copy.
 function Ref:reduce(other, at)
-  if getmetatable(other) ~= Ref then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
+  if getmetatable(other) ~= RefMT then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
   if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
   local a = self.a
   local first, n = a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
@@ -262,14 +275,18 @@ function Builder:rank(node, g) return node * self.gpn + g end
 -- -------------------------------------------------------------- programs
 
 -- Run fn under a CPU budget and a memory cap: a script that runs longer than
--- RESCCL_BUDGET seconds (default 120), or holds more than RESCCL_MEMORY MiB
--- of Lua memory (default 4096; what it records into the program is counted
--- there, not here), is stopped with an error instead of hanging or
+-- RESCCL_BUDGET seconds of CPU (default 120), or needs more than
+-- RESCCL_MEMORY MiB of Lua memory (default 4096; what it records into the
+-- program is bounded in C), is stopped with an error instead of hanging or
 -- exhausting the machine. Once either is spent, its error is raised again
 -- wherever the script is and through its pcalls (sandbox()), so that no
--- script catches it for good.
-local spent -- the error of a spent budget or cap, while the budgeted call unwinds
+-- script catches it for good; the cap stays until fn has unwound. Library
+-- functions the hook cannot stop (a pattern match that backtracks for
+-- hours) are stopped by an alarm a second after the budget (core.alarm).
+local spent  -- the error of a spent budget or cap, while the budgeted call unwinds
 local memory -- the cap's message while a script runs
+local MEMERR = "not enough memory" -- what Lua raises when an allocation fails
+
 local function setting(name, default, unit)
   local env = os.getenv(name)
   local v = tonumber(env or default)
@@ -279,25 +296,51 @@ local function setting(name, default, unit)
   return v
 end
 
--- Has the script hit the memory cap? Then the cap is lifted, so that the
--- error can be made and the script unwinds under the CPU budget alone.
-local function over_memory()
-  if not spent and core.memory_refused() then
-    core.memory_cap()
-    spent = memory
-  end
-  return spent
+-- After a protected call: a memory error spends the cap (nothing is
+-- allocated here, the cap may be full).
+local function check(ok, ...)
+  if not ok and ... == MEMERR and not spent then spent = memory end
+  return ok, ...
 end
 
-local depth = 0 -- budgeted calls running (a script may compile another)
+local depth = 0 -- budgeted calls running (a script may load another)
+local where_, hook_, mask_, count_
+local function finish(ok, ...)
+  check(ok, ...)
+  depth = 0
+  core.memory_cap()
+  collectgarbage("incremental", 200, 100) -- Lua's defaults
+  core.alarm()
+  debug.sethook(hook_, mask_, count_)
+  local over = spent
+  spent = nil
+  if over then error(over, 0) end
+  if not ok then
+    -- error(nil), error({}): what is raised says nothing, so say where
+    if type((...)) ~= "string" and type((...)) ~= "number" then
+      error(("%s: an error with no message (a %s value)"):format(where_, type((...))), 0)
+    end
+    error((...), 0)
+  end
+  return ...
+end
+
 local function budgeted(where, fn, ...)
   if depth > 0 then return fn(...) end -- already under the outer call's budget and cap
   local budget = setting("RESCCL_BUDGET", 120, "seconds")
   local mib = setting("RESCCL_MEMORY", 4096, "MiB")
-  memory = ("%s: script exceeded its memory cap of %g MiB (RESCCL_MEMORY)"):format(where, mib)
-  local t0, hook, mask, count = os.clock(), debug.gethook()
+  memory = ("%s: script ran out of memory (RESCCL_MEMORY caps it at %g MiB)"):format(where, mib)
+  local t0 = os.clock()
+  where_, hook_, mask_, count_ = where, debug.gethook()
+  -- The library's buffers (string.rep, table.concat) fail at the cap with no
+  -- collection first, so past half the cap the collector runs without pause.
+  local half, eager = collectgarbage "count" + mib * 512, false
   debug.sethook(function()
-    if over_memory() or os.clock() - t0 > budget then
+    if (collectgarbage "count" > half) ~= eager then
+      eager = not eager
+      collectgarbage("incremental", eager and 100 or 200, eager and 200 or 100)
+    end
+    if spent or os.clock() - t0 > budget then
       if not spent then -- where the script was, as error(msg, 2) would say
         local at = debug.getinfo(2, "Sl")
         spent = ("%sscript exceeded its budget of %g s"):format(
@@ -306,24 +349,11 @@ local function budgeted(where, fn, ...)
       error(spent, 0)
     end
   end, "", 1000)
+  core.alarm(budget + 1, ("resccl: %s: script exceeded its budget of %g s (in a library function)\n"):format(
+    where, budget))
   core.memory_cap(mib * 1048576)
   depth = 1
-  local res = table.pack(pcall(fn, ...))
-  depth = 0
-  over_memory()
-  core.memory_cap()
-  debug.sethook(hook, mask, count)
-  local over = spent
-  spent = nil
-  if over then error(over, 0) end
-  if not res[1] then
-    -- error(nil), error({}): what is raised says nothing, so say where
-    if type(res[2]) ~= "string" and type(res[2]) ~= "number" then
-      error(("%s: an error with no message (a %s value)"):format(where, type(res[2])), 0)
-    end
-    error(res[2], 0)
-  end
-  return table.unpack(res, 2, res.n)
+  return finish(pcall(fn, ...))
 end
 
 --- Resolve the topology from args: topo= wins (a preset name, a topology
@@ -358,8 +388,7 @@ end
 --- Build the algorithm's program for the given arguments.
 ---@param args table key=value arguments (strings or values)
 ---@return userdata program, userdata topo
-function Algorithm:program(args)
-  args = args or {}
+local function program(self, args)
   if self.ranks and args.ranks == nil and args.topo == nil then
     local fixed = { ranks = self.ranks } -- an algorithm written for one size runs on it by default
     for k, v in pairs(args) do fixed[k] = v end
@@ -385,65 +414,67 @@ function Algorithm:program(args)
       params[k] = convert(k, v, self.params[k])
     end
   end
+  local ranks = t.ranks -- the script gets t as a.topo
   local a = setmetatable({
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
     collective = self.collective, name = self.name, _step = 0, _tbsteps = {},
-  }, Builder)
+  }, BuilderMT)
   if self.supports then
     local ok, why = self.supports(a)
     if not ok then
       error(("%s:%d: algorithm %s does not support %s: %s"):format(self.file, self.line, self.name, t.spec,
-        why or "unsupported"), 0)
+        type(why) == "string" and why or "unsupported"), 0)
     end
   end
   local chunks = self.chunks
   if type(chunks) == "function" then chunks = chunks(a) end
-  if chunks == nil then chunks = self.collective == "allreduce" and t.ranks or 1 end
+  if chunks == nil then chunks = self.collective == "allreduce" and ranks or 1 end
   if not isint(chunks) or chunks < 1 then
     error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
   end
   a.chunks = chunks
   local ok, prog = pcall(core.program, {
-    name = self.name, collective = self.collective, ranks = t.ranks, gpn = t.gpn, chunks = chunks,
+    name = self.name, collective = self.collective, ranks = ranks, gpn = t.gpn, chunks = chunks,
     file = self.file, line = self.line,
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
   a._prog = prog
-  budgeted(self.file, self.build, a)
-  if a._paper and self.collective == "reducescatter" then
-    for r = 0, t.ranks - 1 do
-      a._prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
+  self.build(a)
+  if rawget(a, "_paper") and self.collective == "reducescatter" then
+    for r = 0, ranks - 1 do
+      prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
     end
   end
-  if a._prog:info().transfers == 0 then
+  if prog:info().transfers == 0 then
     error(("%s:%d: algorithm %s recorded no transfers"):format(self.file, self.line, self.name), 0)
   end
-  return a._prog, topo
+  return prog, topo
+end
+
+function Algorithm:program(args)
+  return budgeted(self.file, program, self, args or {})
 end
 
 -- ---------------------------------------------------------------- loading
 
 -- What a script may see: the DSL and the safe parts of the standard library.
--- Libraries are its own copies and the DSL a view, so that what a script
--- changes stays in it; no require, io, os or debug.
+-- Libraries are its own copies and the DSL a view of resccl.algorithm, so
+-- that what a script changes stays in it; no require, io, os or debug, no
+-- coroutines (the budget's hook is the main thread's), no finalizers (hooks
+-- do not run in them).
 local SAFE = {
   "assert", "error", "ipairs", "next", "pairs", "print", "rawequal", "rawget", "rawlen", "rawset", "select",
-  "setmetatable", "tonumber", "tostring", "type",
+  "tonumber", "tostring", "type",
 }
 local LIBS = { "math", "string", "table", "utf8" }
--- and of resccl.core: nothing that touches files or the caps
-local CORE = {
-  "version", "clock", "topo_presets", "program", "topo", "topo_flat", "topo_custom", "compile", "dtype", "redop",
-  "gpus",
-}
 
 -- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch.
 local function guarded(protected)
-  return function(...)
-    local res = table.pack(protected(...))
-    if over_memory() then error(spent, 0) end
-    return table.unpack(res, 1, res.n)
+  local function after(...)
+    if spent then error(spent, 0) end
+    return ...
   end
+  return function(...) return after(check(protected(...))) end
 end
 
 local function sandbox()
@@ -453,22 +484,20 @@ local function sandbox()
     env[lib] = {}
     for k, v in pairs(_G[lib]) do env[lib][k] = v end
   end
-  local view = {}
-  for _, k in ipairs(CORE) do view[k] = core[k] end
-  local proxy = { __index = function(_, k)
-    if k == "core" then return view end
-    return M[k]
-  end, __newindex = function(_, k)
+  local view = { algorithm = M.algorithm, version = M.version }
+  env.resccl = setmetatable({}, { __index = view, __newindex = function(_, k)
     error(("resccl.%s cannot be set"):format(tostring(k)), 2)
-  end }
-  env.resccl = setmetatable({}, proxy)
-  -- Metatables the process shares (strings', programs' and plans', the
-  -- DSL's classes) are not the script's to change: through them it could
-  -- change what the command reports of other scripts or of its own plan.
-  local shared = { [proxy] = true, [Algorithm] = true, [Builder] = true, [Ref] = true }
+  end, __metatable = false })
+  -- The DSL's metatables are the process's: a script gets none of them.
+  local shared = { [AlgorithmMT] = true, [BuilderMT] = true, [RefMT] = true }
   env.getmetatable = function(v)
     local mt = type(v) == "table" and getmetatable(v) or nil
     if not shared[mt] then return mt end
+  end
+  env.setmetatable = function(t, mt)
+    if type(t) == "table" and shared[getmetatable(t)] then error("cannot change a resccl object's metatable", 2) end
+    if type(mt) == "table" and rawget(mt, "__gc") ~= nil then error("scripts cannot set finalizers (__gc)", 2) end
+    return setmetatable(t, mt)
   end
   env._G = env
   return env
@@ -498,7 +527,7 @@ function M.load(path)
   local ok, ret = pcall(M.run_file, path)
   loading = nil
   if not ok then error(ret, 0) end
-  local alg = getmetatable(ret) == Algorithm and ret or registered
+  local alg = issued[ret] or registered
   if not alg then error(path .. ": no resccl.algorithm{} in this file", 0) end
   return alg
 end

@@ -142,8 +142,17 @@ end
 ---@param path string
 ---@return userdata topo
 function M.load(path)
-  local def = require("resccl").run_file(path)
-  if type(def) ~= "table" then error(path .. ": a topology file must return a table", 0) end
+  local ret = require("resccl").run_file(path)
+  if type(ret) ~= "table" then error(path .. ": a topology file must return a table", 0) end
+  -- its fields, copied raw (no metamethod of the script's runs outside its budget)
+  local def = {}
+  for k, v in next, ret do
+    if type(k) ~= "string" or (type(v) ~= "number" and type(v) ~= "string" and type(v) ~= "boolean") then
+      error(("%s: field %s: a name and a number, string or boolean expected"):format(path,
+        type(k) == "string" and k or "of a " .. type(k) .. " key"), 0)
+    end
+    def[k] = v
+  end
   def.name = def.name or path
   local ok2, topo = pcall(M.custom, def)
   if not ok2 then error(path .. ": " .. tostring(topo):gsub("^[^:]*:%d+: ", ""), 0) end

@@ -182,18 +182,18 @@ describe("resccl.load", function()
     assert.matches("attempt to call a nil value %(global 'require'%)", script_err 'require("os")')
     assert.matches("attempt to index a nil value", script_err 'getmetatable("").__index.format = nil')
     assert.matches("resccl.load cannot be set", script_err "resccl.load = nil")
-    -- of the core, what touches no file and no cap
-    local path = os.tmpname()
-    os.remove(path)
-    assert.matches("field 'write_file'", script_err(("resccl.core.write_file(%q, 'x')"):format(path)))
-    assert.is_nil(io.open(path))
-    assert.matches("field 'memory_cap'", script_err "resccl.core.memory_cap()")
-    assert.matches("x f16$", script_err "error('x ' .. resccl.core.dtype('half'))")
-    -- shared metatables: none to change
-    assert.matches("x nil nil nil nil$", script_err [[local t = resccl.topology { ranks = 2 }
-      error(("x %s %s %s %s"):format(getmetatable(t), getmetatable(resccl), getmetatable(resccl.algorithm {
-        name = "g", collective = "allgather", build = function() end }), getmetatable(1)))]])
+    -- of resccl, the DSL: no core, no loading, no tables the host reads
+    assert.matches("x nil nil nil nil$",
+      script_err "error(('x %s %s %s %s'):format(resccl.core, resccl.load, resccl.run_file, resccl.RUN_ARGS))")
+    -- the DSL's metatables: none to get or change, no method table behind an instance
+    assert.matches("x nil nil$", script_err [[local alg = resccl.algorithm { name = "g", collective = "allgather",
+      build = function() end }
+      error(("x %s %s"):format(getmetatable(alg), alg.__index))]])
+    assert.matches("cannot change a resccl object's metatable", script_err [[setmetatable(resccl.algorithm {
+      name = "g", collective = "allgather", build = function() end }, {})]])
     assert.matches("x true$", script_err "local mt = {} error('x ' .. tostring(getmetatable(setmetatable({}, mt)) == mt))")
+    -- finalizers run with no hook: none for scripts
+    assert.matches("scripts cannot set finalizers", script_err "setmetatable({}, { __gc = function() end })")
     script_err "string.format, table.concat, math.floor = nil, nil, nil error 'x'"
     assert.equal("1.5", string.format("%.1f", 1.5))
     assert.is_function(table.concat)

@@ -33,6 +33,7 @@ static struct {
   ncclResult_t (*CommCuDevice)(const ncclComm_t, int *);
   ncclResult_t (*CommDestroy)(ncclComm_t);
   ncclResult_t (*CommAbort)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t *);
   ncclResult_t (*AllReduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
   ncclResult_t (*AllGather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
   ncclResult_t (*ReduceScatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
@@ -52,15 +53,18 @@ static void nccl_load(void) {
   static const struct {
     size_t off;
     const char *name;
+    int optional; /* newer than the NCCL a program may bring */
   } syms[] = {
-#define SYM(f) {offsetof(__typeof__(nccl), f), "nccl" #f}
-      SYM(CommInitAll), SYM(CommInitRank), SYM(CommInitRankConfig), SYM(CommCuDevice), SYM(CommDestroy), SYM(CommAbort), SYM(AllReduce), SYM(AllGather),
-      SYM(ReduceScatter), SYM(GroupStart), SYM(GroupEnd), SYM(GetLastError),
+#define SYM(f, opt) {offsetof(__typeof__(nccl), f), "nccl" #f, opt}
+      SYM(CommInitAll, 0),   SYM(CommInitRank, 0),  SYM(CommInitRankConfig, 1), SYM(CommCuDevice, 0),
+      SYM(CommDestroy, 0),   SYM(CommAbort, 0),     SYM(CommGetAsyncError, 0),  SYM(AllReduce, 0),
+      SYM(AllGather, 0),     SYM(ReduceScatter, 0), SYM(GroupStart, 0),         SYM(GroupEnd, 0),
+      SYM(GetLastError, 1),
 #undef SYM
   };
   for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
     void *f = dlsym(h, syms[i].name);
-    if (!f) {
+    if (!f && !syms[i].optional) {
       nccl_missing = "libnccl.so.2 lacks a function";
       return;
     }
@@ -132,10 +136,15 @@ static int add(Pair *p) {
   return ok;
 }
 
+/* resccl's code as NCCL's: they agree up to invalid usage; a timeout is a
+   peer that made no progress. */
+static ncclResult_t code(resccl_result_t rc) {
+  return rc == resccl_timeout ? ncclRemoteError : rc == resccl_in_progress ? ncclInProgress : (ncclResult_t)rc;
+}
+
 static ncclResult_t from_resccl(resccl_result_t rc) {
   failed_here = rc != resccl_success;
-  /* the codes agree up to invalid usage; a timeout is a peer that made no progress */
-  return rc == resccl_timeout ? ncclRemoteError : rc == resccl_in_progress ? ncclInProgress : (ncclResult_t)rc;
+  return code(rc);
 }
 
 /* ------------------------------------------------------------ init, destroy */
@@ -263,31 +272,40 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId 
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                            ncclConfig_t *config) {
   if (nccl_ready()) return fprintf(stderr, "resccl-nccl: %s\n", nccl_missing), ncclSystemError;
+  if (!nccl.CommInitRankConfig) return ncclInvalidUsage; /* the program's NCCL has none */
   ncclResult_t rc = nccl.CommInitRankConfig(comm, nranks, id, rank, config);
   if (rc == ncclSuccess && comm) remember(comm, id, nranks, rank);
   if (depth == 0) settle(rc == ncclSuccess);
   return rc;
 }
 
-/* Forget comm's pair, destroying its resccl communicator first. */
-static void drop(ncclComm_t comm) {
+/* Forget comm's pair and destroy its resccl communicator, once NCCL's is
+   gone (an abort ends NCCL's kernels first). */
+static ncclResult_t drop(ncclComm_t comm, ncclResult_t (*end)(ncclComm_t)) {
   Pair *p = take(comm);
-  if (!p) return;
+  ncclResult_t rc = end(comm);
+  if (!p) return rc;
   if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls to resccl, %ld to NCCL\n", p->rank, p->on_resccl, p->on_nccl);
   resccl_comm_destroy(p->ours);
   free(p);
+  return rc;
 }
 
 EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (nccl_ready()) return ncclSystemError;
-  drop(comm);
-  return nccl.CommDestroy(comm);
+  return nccl_ready() ? ncclSystemError : drop(comm, nccl.CommDestroy);
 }
 
-EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return nccl_ready() ? ncclSystemError : drop(comm, nccl.CommAbort); }
+
+/* NCCL's asynchronous error, else resccl's (a timed-out collective). */
+EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
   if (nccl_ready()) return ncclSystemError;
-  drop(comm);
-  return nccl.CommAbort(comm);
+  ncclResult_t rc = nccl.CommGetAsyncError(comm, async);
+  Pair *p = find(comm);
+  resccl_result_t mine;
+  if (rc == ncclSuccess && *async == ncclSuccess && p && resccl_comm_get_async_error(p->ours, &mine) == resccl_success)
+    *async = code(mine);
+  return rc;
 }
 
 /* ------------------------------------------------------------ calls */
@@ -316,18 +334,21 @@ EXPORT ncclResult_t ncclGroupEnd(void) {
 
 EXPORT const char *ncclGetLastError(ncclComm_t comm) {
   if (failed_here) return resccl_get_last_error();
-  return nccl_ready() ? nccl_missing : nccl.GetLastError(comm);
+  return nccl_ready() ? nccl_missing : nccl.GetLastError ? nccl.GetLastError(comm) : "";
 }
 
 /* Does a call of collective c on p run on resccl? Where resccl lacks
    NCCL's datatype or op (fp8, PreMulSum), has no plan for its size, no
    kernels for its datatype (RESCCL_DTYPES) or no form for its placement,
    NCCL runs it: on every rank alike, since that depends on the call's
-   arguments only. Buffers resccl refuses (misaligned) fail the call. */
+   arguments only. Once resccl's communicators timed out, their calls fail
+   with ncclRemoteError rather than move to NCCL. Buffers resccl refuses
+   (misaligned) fail the call. */
 static int on_resccl(Pair *p, int c, const void *send, const void *recv, size_t count, ncclDataType_t dt, int op) {
-  int yes = p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops &&
-            resccl_call_supported(coll_names[c], send, recv, count, (resccl_datatype_t)dt, (resccl_red_op_t)op,
-                                  p->ours) == resccl_success;
+  resccl_result_t rc = resccl_invalid_usage;
+  if (p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops)
+    rc = resccl_call_supported(coll_names[c], send, recv, count, (resccl_datatype_t)dt, (resccl_red_op_t)op, p->ours);
+  int yes = rc == resccl_success || rc == resccl_timeout;
   if (p) __atomic_add_fetch(yes ? &p->on_resccl : &p->on_nccl, 1, __ATOMIC_RELAXED);
   failed_here = 0;
   return yes;

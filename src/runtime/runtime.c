@@ -32,6 +32,7 @@
 /* ------------------------------------------------------------ errors */
 
 static __thread char last_error[1024];
+static __thread int quiet; /* rt_fail records but does not print (resccl_call_supported) */
 
 int rt_debug_level(void) {
   static int level = -1; /* RESCCL_DEBUG, read once */
@@ -47,7 +48,7 @@ resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  if (rt_debug_level()) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
+  if (rt_debug_level() && !quiet) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
   return rc;
 }
 
@@ -908,6 +909,8 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
   /* A collective launched on some ranks only can no longer be launched on
      the rest: its kernels give up now, not at the timeout. */
   if (g->open.n) *(volatile int *)g->stop = 1;
+  int dev = -1;
+  cudaGetDevice(&dev);
   for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
   while (g->plans) {
     RtPlan *p = g->plans;
@@ -916,6 +919,7 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
   }
   cudaFreeHost(g->stop);
   free(g->open.a), free(g->comms), free(g);
+  if (dev >= 0) cudaSetDevice(dev); /* the caller's, as NCCL leaves it */
   return resccl_success;
 }
 
@@ -1085,10 +1089,13 @@ resccl_result_t resccl_call_supported(const char *coll, const void *send, const 
   if (!coll || (strcmp(coll, "allreduce") && strcmp(coll, "allgather") && strcmp(coll, "reducescatter") &&
                 strcmp(coll, "alltoall")))
     return rt_fail(resccl_invalid_argument, "unknown collective %s", coll ? coll : "(null)");
+  quiet = 1; /* a question, not a failure */
   resccl_result_t rc = check_call(coll, dt, op, comm);
   RtPlan *p;
   Variant *v;
-  return rc || count == 0 ? rc : resolve(coll, count, dt, comm, in_place(coll, send, recv, count, dt, comm), &p, &v);
+  if (rc == resccl_success && count > 0) rc = resolve(coll, count, dt, comm, in_place(coll, send, recv, count, dt, comm), &p, &v);
+  quiet = 0;
+  return rc;
 }
 
 static resccl_result_t enqueue_call(const char *coll, const void *send, void *recv, size_t count, resccl_datatype_t dt,
