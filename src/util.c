@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -32,11 +33,12 @@ rcStatus err_set(Err *e, rcStatus rc, const char *fmt, ...) {
 
 /* Out of memory in the compiler: the command fails as a Lua memory error
    does (exit status 4), with no core dump; outputs are written whole or not
-   at all (wfile), so nothing is left half-written. */
+   at all (wfile), so nothing is left half-written. _exit: the host
+   executor's threads may be running, and may hold stdio's locks. */
 static void *checked(void *p) {
   if (!p) {
     fputs("resccl: out of memory\n", stderr);
-    exit(4);
+    _exit(4);
   }
   return p;
 }
