@@ -127,6 +127,7 @@ typedef struct {
   int scratch_chunks;   /* scratch chunks per rank (max used index + 1) */
   Xfer *xf;
   int nxf, capxf;
+  int max_xf;           /* transfers it may hold: MAX_XFERS, or fewer */
   TbHint *hint;         /* NULL, or one per transfer */
   char **files;
   int nfiles;

@@ -37,6 +37,7 @@ Program *prog_new(const char *name, Coll coll, int nranks, int gpn, int chunks) 
   p->nranks = nranks;
   p->gpn = gpn;
   p->chunks = chunks;
+  p->max_xf = MAX_XFERS;
   return p;
 }
 
@@ -111,9 +112,9 @@ rcStatus prog_add(Program *p, const Xfer *x, Err *e) {
     int C = p->chunks, n = part.cnt;
     if (C - part.sidx % C < n) n = C - part.sidx % C;
     if (C - part.didx % C < n) n = C - part.didx % C;
-    if (p->nxf == MAX_XFERS) {
+    if (p->nxf == p->max_xf) {
       p->nxf = nxf0;
-      return err_set(e, RC_EINVAL, "%s: program has more than %d transfers (cut at blocks of %d chunks)", at, MAX_XFERS,
+      return err_set(e, RC_EINVAL, "%s: program has more than %d transfers (cut at blocks of %d chunks)", at, p->max_xf,
                      p->chunks);
     }
     Xfer piece = part;

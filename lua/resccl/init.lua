@@ -54,6 +54,10 @@ local loading    -- the script M.load is running
 -- host keeps its own copy, of values whose types were checked, so that
 -- nothing a script does to what it holds runs as the host reads it.
 local issued = setmetatable({}, { __mode = "k" })
+-- A script's copy: data and a name, no methods (Algorithm:program would let
+-- it load files and compile).
+local HandedMT = { __tostring = AlgorithmMT.__tostring, __metatable = false }
+local depth = 0 -- budgeted calls running: 1 while a script runs
 
 local function definition_site()
   local info = debug.getinfo(3, "Sl")
@@ -109,7 +113,8 @@ function M.algorithm(def)
   alg.file, alg.line = file, line
   if alg.inplace == nil then alg.inplace = alg.collective ~= "alltoall" end
   registered = alg
-  local handed = setmetatable({}, AlgorithmMT)
+  if depth == 0 then return alg end -- the host's own (an importer's)
+  local handed = setmetatable({}, HandedMT)
   for k, v in next, alg do handed[k] = v end
   handed.params = {}
   for k, v in next, alg.params do handed.params[k] = v end
@@ -303,13 +308,12 @@ local function check(ok, ...)
   return ok, ...
 end
 
-local depth = 0 -- budgeted calls running (a script may load another)
 local where_, hook_, mask_, count_
 local function finish(ok, ...)
   check(ok, ...)
   depth = 0
   core.memory_cap()
-  collectgarbage("incremental", 200, 100) -- Lua's defaults
+  collectgarbage "incremental"
   core.alarm()
   debug.sethook(hook_, mask_, count_)
   local over = spent
@@ -332,14 +336,7 @@ local function budgeted(where, fn, ...)
   memory = ("%s: script ran out of memory (RESCCL_MEMORY caps it at %g MiB)"):format(where, mib)
   local t0 = os.clock()
   where_, hook_, mask_, count_ = where, debug.gethook()
-  -- The library's buffers (string.rep, table.concat) fail at the cap with no
-  -- collection first, so past half the cap the collector runs without pause.
-  local half, eager = collectgarbage "count" + mib * 512, false
   debug.sethook(function()
-    if (collectgarbage "count" > half) ~= eager then
-      eager = not eager
-      collectgarbage("incremental", eager and 100 or 200, eager and 200 or 100)
-    end
     if spent or os.clock() - t0 > budget then
       if not spent then -- where the script was, as error(msg, 2) would say
         local at = debug.getinfo(2, "Sl")
@@ -352,6 +349,9 @@ local function budgeted(where, fn, ...)
   core.alarm(budget + 1, ("resccl: %s: script exceeded its budget of %g s (in a library function)\n"):format(
     where, budget))
   core.memory_cap(mib * 1048576)
+  -- The library's buffers (string.rep, table.concat) fail at the cap with no
+  -- collection first: the generational collector frees young garbage soon.
+  collectgarbage "generational"
   depth = 1
   return finish(pcall(fn, ...))
 end
@@ -433,9 +433,11 @@ local function program(self, args)
     error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
   end
   a.chunks = chunks
+  -- what a program costs through compilation (some 500 bytes a transfer) stays within RESCCL_MEMORY
+  local most = math.max(1, math.min(1 << 24, setting("RESCCL_MEMORY", 4096, "MiB") * 2048 // 1))
   local ok, prog = pcall(core.program, {
     name = self.name, collective = self.collective, ranks = ranks, gpn = t.gpn, chunks = chunks,
-    file = self.file, line = self.line,
+    file = self.file, line = self.line, max_transfers = math.tointeger(most),
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
   a._prog = prog
@@ -463,22 +465,36 @@ end
 -- coroutines (the budget's hook is the main thread's), no finalizers (hooks
 -- do not run in them).
 local SAFE = {
-  "assert", "error", "ipairs", "next", "pairs", "print", "rawequal", "rawget", "rawlen", "rawset", "select",
-  "tonumber", "tostring", "type",
+  "assert", "error", "ipairs", "next", "pairs", "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber",
+  "tostring", "type",
 }
 local LIBS = { "math", "string", "table", "utf8" }
 
--- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch.
-local function guarded(protected)
-  local function after(...)
-    if spent then error(spent, 0) end
-    return ...
-  end
-  return function(...) return after(check(protected(...))) end
+-- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch
+-- (nor is an xpcall handler run for it: it would run with no hook).
+local function after(...)
+  if spent then error(spent, 0) end
+  return ...
 end
 
-local function sandbox()
-  local env = { pcall = guarded(pcall), xpcall = guarded(xpcall) }
+local function guarded_pcall(...) return after(check(pcall(...))) end
+
+local function guarded_xpcall(f, handler, ...)
+  return after(check(xpcall(f, function(e)
+    check(false, e) -- a memory error (the library's buffers raise it as any error)
+    if spent then return e end
+    return handler(e)
+  end, ...)))
+end
+
+local function sandbox(path)
+  local env = { pcall = guarded_pcall, xpcall = guarded_xpcall }
+  -- print goes to stderr, named: standard output is the command's report
+  env.print = function(...)
+    local parts = table.pack(...)
+    for i = 1, parts.n do parts[i] = tostring(parts[i]) end
+    io.stderr:write(path, ": ", table.concat(parts, "\t", 1, parts.n), "\n")
+  end
   for _, k in ipairs(SAFE) do env[k] = _G[k] end
   for _, lib in ipairs(LIBS) do
     env[lib] = {}
@@ -492,7 +508,8 @@ local function sandbox()
   local shared = { [AlgorithmMT] = true, [BuilderMT] = true, [RefMT] = true }
   env.getmetatable = function(v)
     local mt = type(v) == "table" and getmetatable(v) or nil
-    if not shared[mt] then return mt end
+    if shared[mt] then return nil end
+    return mt
   end
   env.setmetatable = function(t, mt)
     if type(t) == "table" and shared[getmetatable(t)] then error("cannot change a resccl object's metatable", 2) end
@@ -507,7 +524,7 @@ end
 --- it returns. Errors name the file.
 ---@param path string
 function M.run_file(path)
-  local chunk, err = loadfile(path, "t", sandbox())
+  local chunk, err = loadfile(path, "t", sandbox(path))
   if not chunk then
     -- a precompiled chunk is the one thing load reports without the file's name
     error(err:match "^attempt to load" and ("%s: %s"):format(path, err) or err, 0)

@@ -186,11 +186,20 @@ describe("resccl.load", function()
     assert.matches("x nil nil nil nil$",
       script_err "error(('x %s %s %s %s'):format(resccl.core, resccl.load, resccl.run_file, resccl.RUN_ARGS))")
     -- the DSL's metatables: none to get or change, no method table behind an instance
-    assert.matches("x nil nil$", script_err [[local alg = resccl.algorithm { name = "g", collective = "allgather",
+    -- what resccl.algorithm{} gives a script: data, no methods, a metatable it cannot get or change
+    assert.matches("x nil nil nil$", script_err [[local alg = resccl.algorithm { name = "g", collective = "allgather",
       build = function() end }
-      error(("x %s %s"):format(getmetatable(alg), alg.__index))]])
-    assert.matches("cannot change a resccl object's metatable", script_err [[setmetatable(resccl.algorithm {
+      error(("x %s %s %s"):format(getmetatable(alg), alg.__index, alg.program))]])
+    assert.matches("protected metatable", script_err [[setmetatable(resccl.algorithm {
       name = "g", collective = "allgather", build = function() end }, {})]])
+    -- the builder's and a Ref's: hidden
+    local path = os.tmpname()
+    h.write(path, [[return resccl.algorithm { name = "g", collective = "allgather",
+      build = function(a) error(("x %s %s"):format(getmetatable(a), getmetatable(a:chunk(0, "input", 0)))) end }]])
+    local alg = resccl.load(path)
+    local err = h.pcall_err(alg.program, alg, { ranks = 2 })
+    os.remove(path)
+    assert.matches("x nil nil$", err)
     assert.matches("x true$", script_err "local mt = {} error('x ' .. tostring(getmetatable(setmetatable({}, mt)) == mt))")
     -- finalizers run with no hook: none for scripts
     assert.matches("scripts cannot set finalizers", script_err "setmetatable({}, { __gc = function() end })")
