@@ -50,10 +50,13 @@ void prog_free(Program *p) {
   free(p);
 }
 
-/* Intern a file name; transfers refer to it by index. */
+/* Intern a file name; transfers refer to it by index. A program names a
+   few files (its script, an importer's input): past 256, -1 (messages then
+   name the program), so that names do not pile up without bound. */
 int prog_file(Program *p, const char *file) {
   for (int i = p->nfiles - 1; i >= 0; i--)
     if (strcmp(p->files[i], file) == 0) return i;
+  if (p->nfiles >= 256) return -1;
   p->files = xrealloc(p->files, (size_t)(p->nfiles + 1) * sizeof *p->files);
   p->files[p->nfiles] = strcpy(xmalloc(strlen(file) + 1), file);
   return p->nfiles++;

@@ -68,6 +68,15 @@ describe("core.program", function()
       h.pcall_err(p.xfer, p, 0, "input", 0, 1, "scratch", 0, 2 ^ 31 - 1, "copy", 0, "rs.lua:9"))
   end)
 
+  it("keeps 256 file names at most, however many refused transfers name", function()
+    local p = core.program { name = "many", collective = "allgather", ranks = 2, chunks = 1 }
+    for i = 1, 300 do pcall(p.xfer, p, 9, "input", 0, 0, "output", 0, 1, "copy", 0, ("f%d.lua:1"):format(i)) end
+    assert.equal("f3.lua:5: source rank 9 out of range (program has 2 ranks)",
+      h.pcall_err(p.xfer, p, 9, "input", 0, 0, "output", 0, 1, "copy", 0, "f3.lua:5"))
+    assert.equal("many: source rank 9 out of range (program has 2 ranks)",
+      h.pcall_err(p.xfer, p, 9, "input", 0, 0, "output", 0, 1, "copy", 0, "g.lua:7"))
+  end)
+
   it("fails a run when any unit of the emitted program fails to compile", function()
     local cc = os.tmpname()
     local f = assert(io.open(cc, "w"))
