@@ -594,6 +594,15 @@ function M.sim(o)
   return 0
 end
 
+-- Counts per rank: each for a few ranks, their range for many.
+local function per_rank(l)
+  if #l <= 16 then return table.concat(l, " ") end
+  local lo, hi = math.huge, -math.huge
+  for _, v in ipairs(l) do lo, hi = math.min(lo, v), math.max(hi, v) end
+  if lo == hi then return ("%d on each of %d ranks"):format(lo, #l) end
+  return ("%d to %d over %d ranks"):format(lo, hi, #l)
+end
+
 -- ----------------------------------------------------------------- import
 
 function M.import(o)
@@ -642,7 +651,7 @@ function M.import(o)
     if not l then return "-" end
     local mx = 0
     for _, v in ipairs(l) do mx = math.max(mx, v) end
-    return ("max %d (%s)"):format(mx, table.concat(l, " "))
+    return ("max %d (%s)"):format(mx, per_rank(l))
   end
   line("source", ("%s (%s)"):format(o.file, imp.format))
   line("collective", ("%s, %d ranks, %d chunk%s per block; %s"):format(imp.collective, imp.ranks, imp.chunks,
@@ -666,6 +675,7 @@ end
 
 -- ----------------------------------------------------------------- export
 
+
 function M.export(o)
   if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
   if o.ce then return usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
@@ -681,7 +691,7 @@ function M.export(o)
       our_tbs_per_rank = notes.our_tbs_per_rank, steps = notes.steps }, "\n")
   else
     out:write(("wrote %s: %s, %d ranks; MSCCL TBs per rank %s (ours %s)\n"):format(o.msccl_xml, alg.collective,
-      prog:info().ranks, table.concat(notes.tbs_per_rank, " "), table.concat(notes.our_tbs_per_rank, " ")))
+      prog:info().ranks, per_rank(notes.tbs_per_rank), per_rank(notes.our_tbs_per_rank)))
     for _, n in ipairs(notes.lines) do out:write("note: ", n, "\n") end
   end
   return 0

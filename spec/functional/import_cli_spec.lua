@@ -100,9 +100,13 @@ describe("resccl export", function()
     assert.equal(0, code)
     assert.matches("^wrote " .. xml:gsub("%p", "%%%0") .. ": allreduce, 8 ranks; MSCCL TBs per rank", out)
     code, out = h.cli { "import", xml, "topo=a100:2x4" }
-    os.remove(xml)
     assert.equal(0, code)
     assert.matches("verify%s+out%-of%-place: ok", out)
+    -- many ranks: the range, not a count per rank
+    code, out = h.cli { "export", "algorithms/allreduce_ring.lua", "ranks=24", "--msccl-xml", xml }
+    os.remove(xml)
+    assert.equal(0, code)
+    assert.matches("; MSCCL TBs per rank 2 on each of 24 ranks %(ours 2 on each of 24 ranks%)\n$", out)
   end)
 
   it("needs --msccl-xml and refuses in-place for out-of-place-only algorithms, as compile and sim do", function()
