@@ -64,7 +64,8 @@ static int l_program_new(lua_State *L) {
     return luaL_error(L, "%d ranks of %d chunks per block make %I input and output chunks, more than %d", ranks,
                       chunks, (lua_Integer)n, MAX_CHUNKS);
   (*box)->at = (Src){prog_file(*box, file), line};
-  (*box)->max_xf = (int)l_optrange(L, 1, "max_transfers", MAX_XFERS, 1, MAX_XFERS);
+  lua_Integer most = l_optrange(L, 1, "max_transfers", MAX_XFERS, 1, LUA_MAXINTEGER);
+  (*box)->max_xf = most < MAX_XFERS ? (int)most : MAX_XFERS; /* at most this many, and MAX_XFERS */
   return 1;
 }
 

@@ -308,7 +308,7 @@ local function check(ok, ...)
   return ok, ...
 end
 
-local where_, hook_, mask_, count_
+local where_, mib_, hook_, mask_, count_ -- of the budgeted call running
 local function finish(ok, ...)
   check(ok, ...)
   depth = 0
@@ -335,7 +335,7 @@ local function budgeted(where, fn, ...)
   local mib = setting("RESCCL_MEMORY", 4096, "MiB")
   memory = ("%s: script ran out of memory (RESCCL_MEMORY caps it at %g MiB)"):format(where, mib)
   local t0 = os.clock()
-  where_, hook_, mask_, count_ = where, debug.gethook()
+  where_, mib_, hook_, mask_, count_ = where, mib, debug.gethook()
   debug.sethook(function()
     if spent or os.clock() - t0 > budget then
       if not spent then -- where the script was, as error(msg, 2) would say
@@ -434,10 +434,9 @@ local function program(self, args)
   end
   a.chunks = chunks
   -- what a program costs through compilation (some 500 bytes a transfer) stays within RESCCL_MEMORY
-  local most = math.max(1, math.min(1 << 24, setting("RESCCL_MEMORY", 4096, "MiB") * 2048 // 1))
   local ok, prog = pcall(core.program, {
     name = self.name, collective = self.collective, ranks = ranks, gpn = t.gpn, chunks = chunks,
-    file = self.file, line = self.line, max_transfers = math.tointeger(most),
+    file = self.file, line = self.line, max_transfers = math.max(1, math.floor(mib_ * 2048)),
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
   a._prog = prog
