@@ -2,7 +2,8 @@
 ** cuda_abi.h — what the GPU runtime (src/runtime/runtime.c, plain C) and the
 ** emitted kernels (cuda.cuh) share: the layout of a loaded plan on one GPU
 ** and of one call's kernel argument. The emitter puts this file before
-** cuda.cuh, so a program stays one self-contained source for NVRTC.
+** cuda.cuh, so a program stays one self-contained source for NVRTC (the
+** runtime puts its own copy before a plan file's body: src/planfile.h).
 */
 #ifndef RX_CUDA_ABI_H
 #define RX_CUDA_ABI_H
@@ -20,11 +21,6 @@ typedef unsigned long long uint64_t;
 #include <stddef.h>
 #include <stdint.h>
 #endif
-
-/* The plan file's version (src/artifact.c): its kernel source follows this
-   file, so it changes whenever this file's structures do, or the plan
-   file's header (8: fifo-slots). */
-#define RX_PLAN_VERSION 8
 
 enum { RX_INPUT, RX_OUTPUT, RX_SCRATCH };
 enum { RX_I8, RX_U8, RX_I32, RX_U32, RX_I64, RX_U64, RX_F16, RX_F32, RX_F64, RX_BF16 }; /* as ncclDataType_t */

@@ -1,46 +1,24 @@
 /*
-** artifact.c — a compiled plan as the GPU runtime loads it (src/runtime):
-** one section per placement, each a few lines of numbers then the emitted
-** CUDA source. Text, so a person can read what the runtime will set up:
-**
-**   resccl-plan 8                  (RX_PLAN_VERSION, kernels-templates/cuda_abi.h)
-**   name allreduce_ring
-**   collective allreduce
-**   placement out-of-place         (or in-place)
-**   ranks 2
-**   chunks 2                       (chunks per row of `count` elements)
-**   bufchunks 2 2 0                (chunks per rank of input, output, scratch)
-**   fifo-slots 0                   (slots a FIFO must hold: 0 = any number works)
-**   maxcnt 1                       (most chunks one transfer moves)
-**   even 0                         (1: count must split evenly into chunks, as
-**                                   a transfer changes chunk position)
-**   tbs 2 2                        (TBs per rank)
-**   conns 2                        (then one "src dst" line each)
-**   flags 2                        (then one line each: the rank that holds it)
-**   copies 0                       (copy-engine copies, tballoc.c's offload; then one
-**                                   "src rbuf ridx dst wbuf widx cnt flag after" line
-**                                   each, flag -1 where no reduction waits for it,
-**                                   after the counter it waits for, or -1)
-**   counters 0                     (counters copies wait for: RX_CE_POST's)
-**   pulls 0                        (receives that read the sender's buffer, tballoc.c's
-**                                   pull_in: the runtime runs them only with every
-**                                   rank's buffers)
-**   source 12345                   (then exactly that many bytes of CUDA)
+** artifact.c — compiled plans as the GPU runtime loads them (src/runtime/
+** planfile.c): one section per plan (a placement, or one of its forms), each
+** a few lines of numbers then the kernel's body as emit.c writes it, and a
+** digest over the whole file at its end. Text, so a person can read what the
+** runtime will set up; planfile.h says what each line means.
 */
+#include <inttypes.h>
 #include <stdlib.h>
 
 #include "core.h"
-#include "../kernels-templates/cuda_abi.h"
+#include "planfile.h"
 
-rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
+static rcStatus section(const Plan *pl, Buf *out, Err *e) {
   const Program *p = pl->prog;
-  Buf src;
-  buf_init(&src);
-  rcStatus rc = emit_program(pl, EMIT_CUDA, &src, e);
-  if (rc != RC_OK) {
-    buf_free(&src);
-    return rc;
-  }
+  if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to write it", p->name);
+  if (!rx_name_ok(p->name))
+    return err_set(e, RC_EINVAL, "plan name '%s' is not one word of letters, digits and _.+- (at most 63 bytes)", p->name);
+  Buf body;
+  buf_init(&body);
+  emit_body(pl, EMIT_CUDA, &body);
   buf_printf(out, "resccl-plan %d\nname %s\ncollective %s\nplacement %s\nranks %d\nchunks %d\n", RX_PLAN_VERSION, p->name,
              coll_name(p->coll), pl->opt.inplace ? "in-place" : "out-of-place", p->nranks, p->chunks);
   buf_printf(out, "bufchunks %d %d %d\n", prog_bufchunks(p, BUF_INPUT), prog_bufchunks(p, BUF_OUTPUT),
@@ -70,9 +48,21 @@ rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e) {
                c->after);
   }
   buf_printf(out, "counters %d\npulls %d\n", pl->nceposts, pl->npulls);
-  buf_printf(out, "source %zu\n", src.n);
-  buf_add(out, src.s, src.n);
-  buf_puts(out, "\n");
-  buf_free(&src);
+  buf_printf(out, "kernel %zu\n", body.n);
+  buf_add(out, body.s, body.n);
+  buf_free(&body);
+  return RC_OK;
+}
+
+rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e) {
+  Buf f;
+  buf_init(&f);
+  for (int i = 0; i < n; i++) {
+    rcStatus rc = section(pls[i], &f, e);
+    if (rc != RC_OK) return buf_free(&f), rc;
+  }
+  buf_printf(&f, "digest %016" PRIx64 "\n", rx_digest(f.s, f.n));
+  buf_add(out, f.s, f.n);
+  buf_free(&f);
   return RC_OK;
 }

@@ -446,11 +446,14 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e);
 void emit_rank(const Plan *pl, int rank, EmitTarget tg, Buf *out);
 /* The table of ranks and their TBs; `externs` declares ranks emitted elsewhere. */
 void emit_table(const Plan *pl, int externs, Buf *out);
+/* Every rank's code and the table, without the templates: a plan file's kernel body. */
+void emit_body(const Plan *pl, EmitTarget tg, Buf *out);
 
 /* ------------------------------------------------------------ artifact.c */
 
-/* Append the plan as the GPU runtime loads it: a header of numbers, then its CUDA. */
-rcStatus plan_artifact(const Plan *pl, Buf *out, Err *e);
+/* The plan file the GPU runtime loads (planfile.h): a section per plan,
+   each a header of numbers and its kernel's body, then the digest. */
+rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e);
 
 /* ----------------------------------------------------------------- sim.c */
 

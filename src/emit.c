@@ -11,21 +11,20 @@
 #include <string.h>
 
 #include "core.h"
+#include "planfile.h"
 
-static const char *const bufc[NBUF] = {"RX_INPUT", "RX_OUTPUT", "RX_SCRATCH"};
-
-/* Append "NAME(a, b, ...);" with integer and buffer-name arguments; `fmt`
-   lists them: 'i' an int, 'b' a buffer kind. Keeps printf off the hot path. */
-static void call(Buf *b, const char *name, const char *fmt, ...) {
+/* Append "RX_NAME(a, b, ...);": the statement's arguments as planfile.h
+   lists them, buffers by name. Keeps printf off the hot path. */
+static void call(Buf *b, RxStatement st, ...) {
   va_list ap;
-  va_start(ap, fmt);
+  va_start(ap, st);
   buf_puts(b, "    ");
-  buf_puts(b, name);
+  buf_puts(b, rx_statements[st].name);
   buf_puts(b, "(");
-  for (const char *f = fmt; *f; f++) {
-    if (f > fmt) buf_puts(b, ", ");
+  for (const char *f = rx_statements[st].args; *f; f++) {
+    if (f > rx_statements[st].args) buf_puts(b, ", ");
     int v = va_arg(ap, int);
-    if (*f == 'b') buf_puts(b, bufc[v]);
+    if (*f == 'b') buf_puts(b, rx_buffers[v]);
     else buf_int(b, v);
   }
   buf_puts(b, ");\n");
@@ -46,48 +45,48 @@ static void emit_move(const Plan *pl, int i, int c, int n, int done, Buf *b) {
   switch (p->kind) {
   case PR_SEND:
     if (rp) {
-      call(b, "RX_PUT", "iibibiii", p->cout, rp->rank, p->rbuf, p->ridx + c, rp->wbuf, rp->widx + c, n, last);
+      call(b, RXS_PUT, p->cout, rp->rank, p->rbuf, p->ridx + c, rp->wbuf, rp->widx + c, n, last);
     } else {
-      call(b, "RX_SEND", "ibii", p->cout, p->rbuf, p->ridx + c, n);
+      call(b, RXS_SEND, p->cout, p->rbuf, p->ridx + c, n);
     }
     break;
   case PR_RECV:
-    if (p->pull) call(b, "RX_PULL", "ibibii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
-    else call(b, p->direct ? "RX_RECV_PUT" : "RX_RECV", "ibii", p->cin, p->wbuf, p->widx + c, n);
+    if (p->pull) call(b, RXS_PULL, pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
+    else call(b, p->direct ? RXS_RECV_PUT : RXS_RECV, p->cin, p->wbuf, p->widx + c, n);
     break;
   case PR_RRC:
     if (p->pull) { /* reduce what the sender's buffer holds with the operand */
-      call(b, "RX_RRC_PULL", "ibibibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c,
+      call(b, RXS_RRC_PULL, pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c,
            n, done);
     } else if (p->ce) { /* reduce into what the copy engine put there (its operand) */
-      call(b, "RX_REDUCE", "bibibiii", p->ubuf, p->uidx + c, p->wbuf, p->widx + c, p->wbuf, p->widx + c, n, done);
+      call(b, RXS_REDUCE, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, p->wbuf, p->widx + c, n, done);
     } else if (p->direct)
-      call(b, "RX_RRC_PUT", "ibibiiii", p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, in_pieces(p), done);
+      call(b, RXS_RRC_PUT, p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, in_pieces(p), done);
     else
-      call(b, "RX_RRC", "ibibiii", p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+      call(b, RXS_RRC, p->cin, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
     break;
-  case PR_RCS: call(b, "RX_RCS", "iibii", p->cin, p->cout, p->wbuf, p->widx + c, n); break;
+  case PR_RCS: call(b, RXS_RCS, p->cin, p->cout, p->wbuf, p->widx + c, n); break;
   case PR_RRCS:
     if (p->pull) { /* pull and reduce, then store the result here and where task tout lands */
       const Task *o = &pl->dag.t[p->tout];
-      call(b, "RX_RRCS_PULL", "ibibibiibiii", pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf,
+      call(b, RXS_RRCS_PULL, pl->dag.t[p->tin].src, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf,
            p->widx + c, o->dst, o->dbuf, o->didx + c, n, done);
     } else {
-      call(b, "RX_RRCS", "iibibiii", p->cin, p->cout, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+      call(b, RXS_RRCS, p->cin, p->cout, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
     }
     break;
-  case PR_RRS: call(b, "RX_RRS", "iibiii", p->cin, p->cout, p->ubuf, p->uidx + c, n, done); break;
+  case PR_RRS: call(b, RXS_RRS, p->cin, p->cout, p->ubuf, p->uidx + c, n, done); break;
   case PR_CS:
     if (rp) {
-      call(b, "RX_CS_PUT", "iibibibiii", p->cout, rp->rank, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, rp->wbuf, rp->widx + c, n,
+      call(b, RXS_CS_PUT, p->cout, rp->rank, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, rp->wbuf, rp->widx + c, n,
            last);
     } else {
-      call(b, "RX_CS", "ibibii", p->cout, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
+      call(b, RXS_CS, p->cout, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n);
     }
     break;
-  case PR_COPY: call(b, "RX_COPY", "bibii", p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n); break;
+  case PR_COPY: call(b, RXS_COPY, p->rbuf, p->ridx + c, p->wbuf, p->widx + c, n); break;
   default:
-    call(b, "RX_REDUCE", "bibibiii", p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
+    call(b, RXS_REDUCE, p->rbuf, p->ridx + c, p->ubuf, p->uidx + c, p->wbuf, p->widx + c, n, done);
     break;
   }
 }
@@ -116,19 +115,19 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   buf_int(b, i);
   buf_puts(b, open && !group ? ");\n  RX_FOR_M {\n" : ");\n");
   for (int j = p->wait_off; j < p->wait_off + p->nwaits; j++)
-    call(b, "RX_WAIT", "i", pl->p[pl->wait[j]].flag);
+    call(b, RXS_WAIT, pl->p[pl->wait[j]].flag);
   if (p->kind == PR_RRC && p->ce && !p->pull) { /* the copy engine put it where it is: wait for the copy */
     int f = 0;
     while (pl->ce[f].task != p->tin) f++;
-    call(b, "RX_CE_WAIT", "i", pl->ce[f].flag);
+    call(b, RXS_CE_WAIT, pl->ce[f].flag);
   }
   /* a chunk at a time where it meets another primitive through another range (Plan.split) */
   if (pl->split && pl->split[i])
     for (int c = 0; c < p->cnt; c++) emit_move(pl, i, c, 1, done, b);
   else
     emit_move(pl, i, 0, p->cnt, done, b);
-  if (p->flag >= 0) call(b, "RX_POST", "i", p->flag);
-  if (p->cepost >= 0) call(b, "RX_CE_POST", "i", p->cepost); /* a copy-engine copy waits for it */
+  if (p->flag >= 0) call(b, RXS_POST, p->flag);
+  if (p->cepost >= 0) call(b, RXS_CE_POST, p->cepost); /* a copy-engine copy waits for it */
   if (close) buf_puts(b, "  }\n");
 }
 
@@ -166,13 +165,17 @@ void emit_table(const Plan *pl, int externs, Buf *b) {
   buf_puts(b, "RX_PROGRAM_END\n");
 }
 
+void emit_body(const Plan *pl, EmitTarget tg, Buf *b) {
+  for (int r = 0; r < pl->prog->nranks; r++) emit_rank(pl, r, tg, b);
+  emit_table(pl, 0, b);
+}
+
 rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to emit", pl->prog->name);
   const Program *p = pl->prog;
   Buf body;
   buf_init(&body);
-  for (int r = 0; r < p->nranks; r++) emit_rank(pl, r, tg, &body);
-  emit_table(pl, 0, &body);
+  emit_body(pl, tg, &body);
   char num[6][32], src[300];
   snprintf(num[0], 32, "%d", p->nranks);
   snprintf(num[1], 32, "%d", pl->dag.n);
@@ -180,9 +183,8 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   snprintf(num[3], 32, "%d", pl->ntbs);
   snprintf(num[4], 32, "%d", pl->nflags);
   prog_where(p, p->at, src, sizeof src);
-  /* The primitives: tile.h then host.h, or for CUDA the runtime's ABI, tile.h, cuda.cuh. */
-  const char *names[3] = {tg == EMIT_HOST ? "tile.h" : "cuda_abi.h", tg == EMIT_HOST ? "host.h" : "tile.h",
-                          tg == EMIT_HOST ? NULL : "cuda.cuh"};
+  /* The primitives: tile.h then host.h, or for CUDA what the runtime puts before a plan file's body. */
+  const char *host[3] = {"tile.h", "host.h", NULL}, *cuda[3] = RX_CUDA_PRELUDE, **names = tg == EMIT_HOST ? host : cuda;
   Buf prims;
   buf_init(&prims);
   for (int i = 0; i < 3 && names[i]; i++) {

@@ -77,9 +77,9 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   int fd = mkstemp(path);
   Buf art;
   buf_init(&art);
-  rcStatus rc = fd < 0 ? err_set(e, RC_EEXEC, "cannot create a temporary plan file") : plan_artifact(pl, &art, e);
-  if (rc == RC_OK && g->with && g->with->verified && g->with->opt.inplace != pl->opt.inplace)
-    rc = plan_artifact(g->with, &art, e);
+  const Plan *pls[2] = {pl, g->with};
+  int npls = g->with && g->with->verified && g->with->opt.inplace != pl->opt.inplace ? 2 : 1;
+  rcStatus rc = fd < 0 ? err_set(e, RC_EEXEC, "cannot create a temporary plan file") : plan_file(pls, npls, &art, e);
   if (rc == RC_OK && write(fd, art.s, art.n) != (ssize_t)art.n) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
   if (fd >= 0) close(fd);
   buf_free(&art);

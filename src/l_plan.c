@@ -141,13 +141,17 @@ static int l_plan_emit(lua_State *L) {
   return 1;
 }
 
-/* plan:artifact() -> the plan as the GPU runtime loads it (artifact.c). */
-static int l_plan_artifact(lua_State *L) {
-  Plan *pl = &checkplan(L, 1)->pl;
+/* core.plan_file(plan, ...) -> the plan file the GPU runtime loads
+   (artifact.c): a section per plan, in order, then the digest. */
+static int l_plan_file(lua_State *L) {
+  int n = lua_gettop(L);
+  luaL_argcheck(L, n >= 1, 1, "a plan expected");
+  const Plan **pls = lua_newuserdatauv(L, sizeof *pls * (size_t)n, 0); /* stack: plans..., box */
+  for (int i = 0; i < n; i++) pls[i] = &checkplan(L, i + 1)->pl;
   Buf b;
   buf_init(&b);
   Err e;
-  if (plan_artifact(pl, &b, &e) != RC_OK) {
+  if (plan_file(pls, n, &b, &e) != RC_OK) {
     buf_free(&b);
     return l_fail(L, &e);
   }
@@ -363,10 +367,10 @@ void l_plan_open(lua_State *L) {
                                   {NULL, NULL}};
   static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
                                      {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {"tbs", l_plan_tbs},
-                                     {"artifact", l_plan_artifact}, {NULL, NULL}};
+                                     {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {{"compile", l_compile}, {"dtype", l_dtype}, {"redop", l_redop}, {"gpus", l_gpus},
+  static const luaL_Reg funcs[] = {{"compile", l_compile}, {"plan_file", l_plan_file}, {"dtype", l_dtype}, {"redop", l_redop}, {"gpus", l_gpus},
                                     {NULL, NULL}};
   l_newclass(L, PLAN_MT, meta, methods);
   l_newclass(L, SCHEDULE_MT, smeta, smethods);

@@ -342,11 +342,11 @@ end
 -- (BENCHMARKS.md); one whose reductions put their sums themselves (put_on)
 -- pushes nothing.
 function M.write_plan(o, alg, prog, topo, path)
-  local text = {}
+  local plans = {}
   local function form(opts, keep)
     local plan, err = resccl.compile(prog, topo, opts)
     if err then error(err, 0) end
-    if keep(plan:report()) then text[#text + 1] = plan:artifact() end
+    if keep(plan:report()) then plans[#plans + 1] = plan end
   end
   for _, inplace in ipairs { false, true } do
     if not inplace or alg.inplace then
@@ -360,7 +360,9 @@ function M.write_plan(o, alg, prog, topo, path)
       end
     end
   end
-  output.write(path, table.concat(text))
+  local text, err = core.plan_file(table.unpack(plans))
+  if not text then error(err, 0) end
+  output.write(path, text)
 end
 
 function M.compile(o)

@@ -302,7 +302,7 @@ describe("copy-engine copies", function()
       assert.equal(0, r.tbs_total)
       assert.equal(c[4], r.ce_copies)
       assert.truthy(p:dump("tb"):find(c[4] .. " copies on the copy engine", 1, true))
-      assert.truthy(p:artifact():find("\ncopies " .. c[4] .. "\n", 1, true))
+      assert.truthy(core.plan_file(p):find("\ncopies " .. c[4] .. "\n", 1, true))
       -- whole blocks and slabs with a leftover; the host executor makes the copies after the TBs
       for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i8" } } do
         assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3] }).wrong)
@@ -333,7 +333,7 @@ describe("copy-engine copies", function()
   it("put what a reduction wrote, each micro-batch once the kernel counted it", function()
     -- a two-rank ring all-reduce: both hops on the copy engine, the reducing TB posts a counter
     local p = plan("allreduce_ring", 2)
-    local dump, code, art = p:dump("tb"), p:emit("host"), p:artifact()
+    local dump, code, art = p:dump("tb"), p:emit("host"), core.plan_file(p)
     assert.equal(2, select(2, dump:gsub("waits=ce%d", "")))
     assert.equal(2, select(2, code:gsub("RX_CE_POST%(%d%)", "")))
     assert.truthy(art:find("\ncounters 2\n", 1, true))
@@ -380,7 +380,7 @@ describe("pulls", function()
       assert.equal(c[5], select(2, dump:gsub(", puts r%d ", "")))
       assert.equal(c[3], select(2, code:gsub("\n    RX_[RCS]*_?PULL%(", "")))
       assert.truthy(code:find("RX_PROGRAM_BEGIN(" .. c[2] .. ", " .. (c[5] > 0 and 2 or 1) .. ")", 1, true))
-      assert.truthy(p:artifact():find("\npulls " .. c[3] .. "\n", 1, true))
+      assert.truthy(core.plan_file(p):find("\npulls " .. c[3] .. "\n", 1, true))
       -- whole blocks and slabs with a leftover, on the host executor
       for _, x in ipairs { { 1, 1, "f32" }, { 4099, 3, "f16" }, { 65536, 4, "i8" } } do
         assert.equal(0, assert(p:exec { count = x[1], nmicro = x[2], dtype = x[3], op = "max" }).wrong)

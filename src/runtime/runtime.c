@@ -130,23 +130,16 @@ static resccl_result_t drv_open(void) {
 
 /* ------------------------------------------------------------ objects */
 
-enum { MAXDEV = 64, CE_INTS = 9 };
+enum { MAXDEV = 64 };
 
-/* One placement of a plan, as the plan file describes it, and what it holds per GPU. */
+/* One placement of a plan, as its plan file's section describes it, and what it holds per GPU. */
 typedef struct {
-  int inplace, nranks, chunks, bufchunks[3], fifo_slots, maxcnt, even, nconn, nflags;
+  PfSection pf;
   int nslots;         /* FIFO slots: RESCCL_SLOTS, or more where the plan needs them */
   int nblk, nslice;   /* blocks per TB, slices of a tile */
-  int *ntb, *csrc, *cdst, *flag_rank;
-  int blockless;      /* no rank has a TB: the copy engine makes every copy */
-  int nce, *ce;       /* copy-engine copies, CE_INTS numbers each: src rbuf ridx dst wbuf widx cnt flag after */
-  int nceflags;
-  int ncounters;      /* counters copies wait for (RxArgs.posts), per micro-batch */
-  int pulls;          /* receives that read the sender's buffer (RX_PULL, RX_RRC_PULL) */
   size_t post_words;  /* words of each GPU's counters: micro-batches they hold x ncounters */
   unsigned **ceflag;  /* per copy-engine flag: where it is (in its copy's source GPU) */
   volatile int *stop; /* the group's stop flag as the GPUs see it */
-  char *src;
   struct {
     CUmodule mod;
     CUfunction fn;
@@ -347,6 +340,34 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 
 /* ------------------------------------------------------------ plan files */
 
+resccl_result_t pf_read(const char *path, PfSection **out, int *nout) {
+  *out = NULL, *nout = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
+  char *text = NULL;
+  size_t n = 0, cap = 0, got;
+  do {
+    if (n == cap) {
+      char *t = cap < PF_MAXFILE ? realloc(text, cap = cap ? 2 * cap : 1 << 16) : NULL;
+      if (!t) {
+        free(text), fclose(f);
+        return cap >= PF_MAXFILE ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
+                              : rt_fail(resccl_system_error, "out of memory");
+      }
+      text = t;
+    }
+    n += got = fread(text + n, 1, cap - n, f);
+  } while (got);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) return free(text), rt_fail(resccl_system_error, "%s: cannot read", path);
+  char err[1024];
+  int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
+  free(text);
+  return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);
+}
+
+
 /* RESCCL_TRACE=FILE: the last call's events of every block, appended as
    lines `gpu placement block rank tb chan slice prim m kind begin end sm`
    (ns from the GPU's first event; kind 0 a flag wait, 1 a primitive's
@@ -374,7 +395,7 @@ static void trace_write(Group *g, Variant *v, const char *path) {
       const unsigned long long *e = t + (size_t)b * RX_TRACE_WORDS;
       for (unsigned long long k = 0; k < (e[0] & 0xffffffffu) && k < RX_TRACE_EVENTS; k++) {
         unsigned long long w = e[1 + 3 * k];
-        fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu\n", g->dev[d], v->inplace ? "in" : "out", b,
+        fprintf(f, "%d %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu\n", g->dev[d], v->pf.inplace ? "in" : "out", b,
                 v->dev[d].tab[b].rank, v->dev[d].tab[b].tb, v->dev[d].tab[b].chan, (w >> 24) & 0xffff, w >> 40,
                 (w >> 4) & 0xfffff, w & 0xf, e[2 + 3 * k] - t0, e[3 + 3 * k] - t0, e[0] >> 32);
       }
@@ -396,104 +417,7 @@ static void variant_free(Group *g, Variant *v) {
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
   free(v->allocs), free(v->scratch), free(v->scratch_bytes);
-  free(v->ntb), free(v->csrc), free(v->cdst), free(v->flag_rank), free(v->ce), free(v->ceflag), free(v->src), free(v);
-}
-
-static int read_ints(FILE *f, const char *key, int *out, int n) {
-  char word[32];
-  if (fscanf(f, " %31s", word) != 1 || strcmp(word, key)) return 0;
-  for (int i = 0; i < n; i++)
-    if (fscanf(f, " %d", &out[i]) != 1) return 0;
-  return 1;
-}
-
-/* One section of a plan file; *v NULL at the end of the file. */
-static resccl_result_t read_variant(FILE *f, const char *path, RtPlan *pl, Variant **out) {
-  char word[64], placement[32];
-  int version;
-  *out = NULL;
-  if (fscanf(f, " %63s", word) != 1) return resccl_success;
-#define BAD(what) return variant_free(NULL, v), rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (%s)", path, what)
-  Variant *v = calloc(1, sizeof *v);
-  if (!v) return rt_fail(resccl_system_error, "out of memory");
-  if (strcmp(word, "resccl-plan") || fscanf(f, " %d", &version) != 1) BAD("header");
-  if (version != RX_PLAN_VERSION)
-    return variant_free(NULL, v), rt_fail(resccl_invalid_argument, "%s: plan file version %d, not %d (version): "
-                                          "compile it again", path, version, RX_PLAN_VERSION);
-  if (fscanf(f, " name %63s collective %31s placement %31s", pl->name, pl->coll, placement) != 3) BAD("name");
-  v->inplace = !strcmp(placement, "in-place");
-  if (!read_ints(f, "ranks", &v->nranks, 1) || !read_ints(f, "chunks", &v->chunks, 1) ||
-      !read_ints(f, "bufchunks", v->bufchunks, 3) || !read_ints(f, "fifo-slots", &v->fifo_slots, 1) ||
-      !read_ints(f, "maxcnt", &v->maxcnt, 1) || !read_ints(f, "even", &v->even, 1))
-    BAD("sizes");
-  if (v->nranks < 1 || v->nranks > 1 << 16 || v->chunks < 1 || v->maxcnt < 1) BAD("sizes");
-  v->ntb = malloc(sizeof(int) * (size_t)v->nranks);
-  if (!v->ntb) BAD("out of memory");
-  if (!read_ints(f, "tbs", v->ntb, v->nranks) || !read_ints(f, "conns", &v->nconn, 1) || v->nconn < 0 ||
-      v->nconn > 1 << 20)
-    BAD("tbs");
-  v->blockless = 1;
-  for (int r = 0; r < v->nranks; r++) {
-    if (v->ntb[r] < 0 || v->ntb[r] > 1 << 16) BAD("tbs");
-    v->blockless &= v->ntb[r] == 0;
-  }
-  v->csrc = malloc(sizeof(int) * ((size_t)v->nconn + 1)), v->cdst = malloc(sizeof(int) * ((size_t)v->nconn + 1));
-  if (!v->csrc || !v->cdst) BAD("out of memory");
-  for (int c = 0; c < v->nconn; c++)
-    if (fscanf(f, " %d %d", &v->csrc[c], &v->cdst[c]) != 2 || (unsigned)v->csrc[c] >= (unsigned)v->nranks ||
-        (unsigned)v->cdst[c] >= (unsigned)v->nranks)
-      BAD("conns");
-  if (!read_ints(f, "flags", &v->nflags, 1) || v->nflags < 0 || v->nflags > 1 << 24) BAD("flags");
-  v->flag_rank = malloc(sizeof(int) * ((size_t)v->nflags + 1));
-  if (!v->flag_rank) BAD("out of memory");
-  for (int i = 0; i < v->nflags; i++)
-    if (fscanf(f, " %d", &v->flag_rank[i]) != 1) BAD("flags");
-  if (!read_ints(f, "copies", &v->nce, 1) || v->nce < 0 || v->nce > 1 << 24) BAD("copies");
-  v->ce = malloc(sizeof(int) * (CE_INTS * (size_t)v->nce + 1));
-  if (!v->ce) BAD("copies");
-  for (int i = 0; i < v->nce; i++) {
-    int *c = &v->ce[CE_INTS * i];
-    for (int k = 0; k < CE_INTS; k++)
-      if (fscanf(f, " %d", &c[k]) != 1) BAD("copies");
-    if ((unsigned)c[0] >= (unsigned)v->nranks || (unsigned)c[3] >= (unsigned)v->nranks || (unsigned)c[1] > 2 ||
-        (unsigned)c[4] > 2 || c[2] < 0 || c[5] < 0 || c[6] < 1 || c[2] > v->bufchunks[c[1]] - c[6] ||
-        c[5] > v->bufchunks[c[4]] - c[6] || c[7] < -1 || c[7] >= v->nce || c[2] / v->chunks != (c[2] + c[6] - 1) / v->chunks ||
-        c[5] / v->chunks != (c[5] + c[6] - 1) / v->chunks || /* a copy stays in a block of chunks */
-        c[8] < -1 || c[8] >= v->nce || (c[8] >= 0 && c[7] >= 0)) /* nothing waits for a copy that waits */
-      BAD("copies");
-    v->nceflags += c[7] >= 0;
-  }
-  if (!read_ints(f, "counters", &v->ncounters, 1) || v->ncounters < 0 || v->ncounters > v->nce) BAD("counters");
-  for (int i = 0; i < v->nce; i++)
-    if (v->ce[CE_INTS * i + 8] >= v->ncounters) BAD("counters");
-  /* Flags are numbered 0, 1, ... once each, in any order. */
-  for (int i = 0; i < v->nce; i++) {
-    int fl = v->ce[CE_INTS * i + 7];
-    if (fl >= v->nceflags) BAD("copies");
-    for (int j = 0; j < i && fl >= 0; j++)
-      if (v->ce[CE_INTS * j + 7] == fl) BAD("copies");
-  }
-  if (!read_ints(f, "pulls", &v->pulls, 1) || v->pulls < 0 || (v->pulls && v->nce)) BAD("pulls");
-  size_t n;
-  if (fscanf(f, " source %zu", &n) != 1 || fgetc(f) != '\n' || n > (1u << 30)) BAD("source");
-  v->src = malloc(n + 1);
-  if (!v->src || fread(v->src, 1, n, f) != n) BAD("source truncated");
-  v->src[n] = '\0';
-  /* A copy that waits for a counter the kernel never posts would wait forever. */
-  for (int i = 0; i < v->nce; i++) {
-    char post[32];
-    snprintf(post, sizeof post, "RX_CE_POST(%d)", v->ce[CE_INTS * i + 8]);
-    if (v->ce[CE_INTS * i + 8] >= 0 && !strstr(v->src, post)) BAD("counters");
-  }
-  /* A kernel that pulls needs every rank's buffers: the runtime gives them to the forms that say so
-     (whose kernels may put too: RX_PROGRAM_BEGIN(n, 2)). */
-  char begin[64], puts[64];
-  snprintf(begin, sizeof begin, "RX_PROGRAM_BEGIN(%d, %d)", v->nranks, v->pulls > 0);
-  snprintf(puts, sizeof puts, "RX_PROGRAM_BEGIN(%d, 2)", v->nranks);
-  if (!strstr(v->src, begin) && !(v->pulls && strstr(v->src, puts))) BAD("pulls");
-#undef BAD
-  *out = v;
-  return resccl_success;
+  pf_free(&v->pf), free(v->ceflag), free(v);
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -517,7 +441,7 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
 /* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   /* A plan verified with connections that hold two tiles (--tb merge, hand-placed TBs) gets the slots for them. */
-  v->nslots = v->fifo_slots > cf->nslots ? v->fifo_slots : cf->nslots;
+  v->nslots = v->pf.fifo_slots > cf->nslots ? v->pf.fifo_slots : cf->nslots;
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
      10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
      copies: what is left to the blocks then reduces, and a ring all-reduce
@@ -525,10 +449,10 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
      blocks against 301-310 with 32, and as much from 1 GiB. 16 where blocks
      pull: a one-shot all-reduce moved as much with 16 as with 32 and 64
      (tools/probe-pull.cu). Virtual ranks share theirs. */
-  int maxtb = 1, budget = v->nce || v->pulls ? 16 : 32;
+  int maxtb = 1, budget = v->pf.nce || v->pf.pulls ? 16 : 32;
   for (int d = 0; d < g->ndevs; d++) {
     int tbs = 0;
-    for (int r = 0; r < v->nranks; r++) tbs += g->comms[r].d == d ? v->ntb[r] : 0;
+    for (int r = 0; r < v->pf.nranks; r++) tbs += g->comms[r].d == d ? v->pf.ntb[r] : 0;
     maxtb = tbs > maxtb ? tbs : maxtb;
   }
   int K = v->nblk = cf->nchan > 0 ? cf->nchan : (budget / maxtb > 0 ? budget / maxtb : 1);
@@ -536,7 +460,7 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   /* FIFOs: slots, tail and taken with the receiver, head and sent with the
      sender. Every slice has whole slots: halved ones made more micro-batches
      (a slice fits a slot), each a handshake. */
-  RxFifo *fifo = calloc((size_t)v->nconn * (size_t)V + 1, sizeof *fifo);
+  RxFifo *fifo = calloc((size_t)v->pf.nconn * (size_t)V + 1, sizeof *fifo);
   if (!fifo) return rt_fail(resccl_system_error, "out of memory");
   /* Plan load zeroes and fills device memory on streams of its own: the
      legacy stream would wait for the user's blocking streams, and a user's
@@ -561,9 +485,9 @@ static resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
 
 /* variant_setup's allocations and kernels; fifo: room for the FIFOs' host copy. */
 static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo, cudaStream_t *ld) {
-  int K = v->nblk, V = v->nslice, nf = v->nconn * V;
+  int K = v->nblk, V = v->nslice, nf = v->pf.nconn * V;
   for (int i = 0; i < nf; i++) {
-    struct resccl_comm *dst = &g->comms[v->cdst[i / V]], *src = &g->comms[v->csrc[i / V]];
+    struct resccl_comm *dst = &g->comms[v->pf.cdst[i / V]], *src = &g->comms[v->pf.csrc[i / V]];
     CU(cudaSetDevice(dst->cudev));
     TRY(dev_alloc(v, &fifo[i].slots, (size_t)v->nslots * cf->slot_bytes, &ld[dst->d]));
     TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), &ld[dst->d]));
@@ -576,27 +500,27 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
   RxRun run;
   memset(&run, 0, sizeof run);
-  run.nranks = v->nranks, run.chunks = v->chunks, run.nslots = v->nslots, run.nslice = V, run.nblk = K;
+  run.nranks = v->pf.nranks, run.chunks = v->pf.chunks, run.nslots = v->nslots, run.nslice = V, run.nblk = K;
   run.slot_bytes = cf->slot_bytes;
-  for (int r = 0; r < v->nranks; r++) run.first[r + 1] = run.first[r] + v->ntb[r] * K;
-  for (int r = 0; r < v->nranks; r++) {
+  for (int r = 0; r < v->pf.nranks; r++) run.first[r + 1] = run.first[r] + v->pf.ntb[r] * K;
+  for (int r = 0; r < v->pf.nranks; r++) {
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->nranks, &ld[g->comms[r].d]));
-    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->nranks] + 1), &ld[g->comms[r].d]));
+    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->pf.nranks, &ld[g->comms[r].d]));
+    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->pf.nranks] + 1), &ld[g->comms[r].d]));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
      barrier before the next call's copies zeroes it (ce_sync). */
-  v->ceflag = calloc((size_t)v->nceflags + 1, sizeof *v->ceflag);
+  v->ceflag = calloc((size_t)v->pf.nceflags + 1, sizeof *v->ceflag);
   if (!v->ceflag) return rt_fail(resccl_system_error, "out of memory");
-  for (int i = 0; i < v->nce; i++)
-    if (v->ce[CE_INTS * i + 7] >= 0) v->dev[g->comms[v->ce[CE_INTS * i]].d].nflags++;
+  for (int i = 0; i < v->pf.nce; i++)
+    if (v->pf.ce[CE_INTS * i + 7] >= 0) v->dev[g->comms[v->pf.ce[CE_INTS * i]].d].nflags++;
   for (int d = 0; d < g->ndevs; d++) {
     if (!v->dev[d].nflags) continue;
     CU(cudaSetDevice(g->dev[d]));
     TRY(dev_alloc(v, &v->dev[d].flags, sizeof(unsigned) * (size_t)v->dev[d].nflags, &ld[d]));
-    for (int i = 0, k = 0; i < v->nce; i++)
-      if (v->ce[CE_INTS * i + 7] >= 0 && g->comms[v->ce[CE_INTS * i]].d == d) v->ceflag[v->ce[CE_INTS * i + 7]] = v->dev[d].flags + k++;
+    for (int i = 0, k = 0; i < v->pf.nce; i++)
+      if (v->pf.ce[CE_INTS * i + 7] >= 0 && g->comms[v->pf.ce[CE_INTS * i]].d == d) v->ceflag[v->pf.ce[CE_INTS * i + 7]] = v->dev[d].flags + k++;
   }
   resccl_result_t res = resccl_success;
   for (int d = 0; d < g->ndevs && res == resccl_success; d++) {
@@ -610,13 +534,13 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     CUDRV(drv.function(&v->dev[d].fn, v->dev[d].mod, "rx_kernel"));
     /* Blocks: every TB of every rank on this GPU, K times. */
     int nb = 0, ntbs = 0;
-    for (int r = 0; r < v->nranks; r++)
-      if (g->comms[r].d == d) nb += v->ntb[r] * K, ntbs += v->ntb[r];
+    for (int r = 0; r < v->pf.nranks; r++)
+      if (g->comms[r].d == d) nb += v->pf.ntb[r] * K, ntbs += v->pf.ntb[r];
     RxBlock *tab = v->dev[d].tab = calloc((size_t)nb + 1, sizeof *tab);
     if (!tab) return rt_fail(resccl_system_error, "out of memory");
-    for (int r = 0, k = 0, tbi = 0; r < v->nranks; r++)
+    for (int r = 0, k = 0, tbi = 0; r < v->pf.nranks; r++)
       if (g->comms[r].d == d)
-        for (int b = 0; b < v->ntb[r]; b++, tbi++)
+        for (int b = 0; b < v->pf.ntb[r]; b++, tbi++)
           for (int c = 0; c < K; c++, k++)
             tab[k].rank = r, tab[k].tb = b, tab[k].chan = c, tab[k].tbi = tbi, tab[k].word = run.first[r] + b * K + c;
     int per_sm = 0;
@@ -629,12 +553,12 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     TRY(dev_alloc(v, &v->dev[d].block, sizeof(RxBlock) * (size_t)nb, NULL));
     CU(cudaMemcpyAsync(v->dev[d].block, tab, sizeof(RxBlock) * (size_t)nb, cudaMemcpyHostToDevice, ld[d]));
     TRY(dev_alloc(v, &run.fifo, sizeof(RxFifo) * ((size_t)nf + 1), &ld[d]));
-    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->nflags * V + 1), &ld[d]));
+    TRY(dev_alloc(v, &run.flag, sizeof(unsigned) * ((size_t)v->pf.nflags * V + 1), &ld[d]));
     TRY(dev_alloc(v, &run.claim, sizeof(unsigned) * (size_t)ntbs, &ld[d]));
     TRY(dev_alloc(v, &run.done, sizeof(unsigned long long) * (size_t)ntbs * V, &ld[d]));
     unsigned **dceflag;
-    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->nceflags + 1), &ld[d]));
-    CU(cudaMemcpyAsync(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->nceflags, cudaMemcpyHostToDevice, ld[d]));
+    TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->pf.nceflags + 1), &ld[d]));
+    CU(cudaMemcpyAsync(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->pf.nceflags, cudaMemcpyHostToDevice, ld[d]));
     run.ceflag = dceflag;
     CU(cudaMemcpyAsync(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice, ld[d]));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb, &ld[d]));
@@ -646,13 +570,13 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     CU(cudaStreamSynchronize(ld[d])); /* before run, on the stack, changes */
     v->dev[d].nblocks = nb;
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
-         v->inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->nconn);
+         v->pf.inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->pf.nconn);
   }
   /* Copy-engine copies: a stream for each (source GPU, destination GPU) with
      some, so that copies to different GPUs and local ones overlap; events
      order them with the calls' streams (ce_copies). */
-  for (int i = 0; i < v->nce && res == resccl_success; i++) {
-    int ds = g->comms[v->ce[CE_INTS * i]].d, dt = g->comms[v->ce[CE_INTS * i + 3]].d;
+  for (int i = 0; i < v->pf.nce && res == resccl_success; i++) {
+    int ds = g->comms[v->pf.ce[CE_INTS * i]].d, dt = g->comms[v->pf.ce[CE_INTS * i + 3]].d;
     if (!v->dev[ds].ce) {
       v->dev[ds].ce = calloc((size_t)g->ndevs, sizeof(cudaStream_t));
       v->dev[ds].ce_done = calloc((size_t)g->ndevs, sizeof(cudaEvent_t));
@@ -663,15 +587,15 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     CU(cudaStreamCreateWithFlags(&v->dev[ds].ce[dt], cudaStreamNonBlocking));
     CU(cudaEventCreateWithFlags(&v->dev[ds].ce_done[dt], cudaEventDisableTiming));
   }
-  for (int d = 0; v->nce && d < g->ndevs && res == resccl_success; d++) {
+  for (int d = 0; v->pf.nce && d < g->ndevs && res == resccl_success; d++) {
     CU(cudaSetDevice(g->dev[d]));
     CU(cudaEventCreateWithFlags(&v->dev[d].start, cudaEventDisableTiming));
     CUDRV(drv.function(&v->dev[d].sync, v->dev[d].mod, "rx_ce_sync"));
     TRY(dev_alloc(v, &v->dev[d].word, sizeof(unsigned), &ld[d]));
   }
   if (res == resccl_success) {
-    v->scratch = calloc((size_t)v->nranks, sizeof *v->scratch);
-    v->scratch_bytes = calloc((size_t)v->nranks, sizeof *v->scratch_bytes);
+    v->scratch = calloc((size_t)v->pf.nranks, sizeof *v->scratch);
+    v->scratch_bytes = calloc((size_t)v->pf.nranks, sizeof *v->scratch_bytes);
     if (!v->scratch || !v->scratch_bytes) res = rt_fail(resccl_system_error, "out of memory");
   }
   return res;
@@ -743,7 +667,7 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
   int nb = 0;
   for (int i = 0; i < 6; i++)
     for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
-      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->src, .arch = arch[k], .threads = p->conf.threads,
+      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->pf.src, .arch = arch[k], .threads = p->conf.threads,
                           .dtypes = p->conf.dtypes};
   resccl_result_t rc = rt_build_all(b, nb);
   for (int i = 0, j = 0; i < 6; i++)
@@ -765,34 +689,34 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
 
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   Group *g = comm->g;
-  FILE *f = fopen(path, "rb");
-  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
+  PfSection *sec;
+  int nsec;
+  resccl_result_t rc = pf_read(path, &sec, &nsec);
+  if (rc != resccl_success) return rc;
   RtPlan *p = calloc(1, sizeof *p);
-  if (!p) return fclose(f), rt_fail(resccl_system_error, "out of memory");
+  if (!p) return pf_free_all(sec, nsec), rt_fail(resccl_system_error, "out of memory");
   p->conf = *conf, p->lo = lo, p->hi = hi;
-  resccl_result_t rc = resccl_success;
-  for (;;) {
-    Variant *v;
-    if ((rc = read_variant(f, path, p, &v)) != resccl_success || !v) break;
-    if (v->nranks != g->n) {
-      rc = rt_fail(resccl_invalid_usage, "%s: plan for %d ranks, communicator has %d", path, v->nranks, g->n);
-      variant_free(g, v);
-      break;
-    }
+  snprintf(p->name, sizeof p->name, "%s", sec[0].name), snprintf(p->coll, sizeof p->coll, "%s", sec[0].coll);
+  for (int i = 0; i < nsec && rc == resccl_success; i++) {
+    const PfSection *s = &sec[i];
+    if (strcmp(s->name, p->name) || strcmp(s->coll, p->coll))
+      rc = rt_fail(resccl_invalid_argument, "%s:%d: name: %s %s, but the file's first plan is %s %s", path, s->line,
+                   s->name, s->coll, p->name, p->coll);
+    else if (s->nranks != g->n)
+      rc = rt_fail(resccl_invalid_usage, "%s:%d: ranks: a plan for %d ranks, the communicator has %d", path, s->line,
+                   s->nranks, g->n);
     /* A placement's first section runs the sizes the others leave; then
        come its copy-engine form, its pulling form, or both. */
-    Variant **at = p->v[v->inplace];
-    int form = !at[0] ? 0 : v->nce ? 1 : v->pulls ? 2 : -1;
-    if (form < 0 || (form && at[form])) {
-      rc = rt_fail(resccl_invalid_argument, "%s: not a resccl plan file (a placement holds a first form, then at most "
-                   "one with copy-engine copies and one that pulls)", path);
-      variant_free(g, v);
-      break;
-    }
-    at[form] = v;
+    Variant **at = p->v[s->inplace];
+    int form = !at[0] ? 0 : s->nce ? 1 : s->pulls ? 2 : -1;
+    if (rc == resccl_success && (form < 0 || (form && at[form])))
+      rc = rt_fail(resccl_invalid_argument, "%s:%d: resccl-plan: a placement holds a first form, then at most one "
+                   "with copy-engine copies and one that pulls", path, s->line);
+    if (rc == resccl_success && !(at[form] = calloc(1, sizeof *at[form])))
+      rc = rt_fail(resccl_system_error, "out of memory");
+    if (rc == resccl_success) at[form]->pf = *s, memset(&sec[i], 0, sizeof *s); /* the variant owns it now */
   }
-  fclose(f);
-  if (rc == resccl_success && !p->v[0][0] && !p->v[1][0]) rc = rt_fail(resccl_invalid_argument, "%s: no plan in the file", path);
+  pf_free_all(sec, nsec);
   /* A loaded plan whose sizes reach past the new one's on both sides would be cut in two. */
   for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next)
     if (!strcmp(q->coll, p->coll) && q->lo < lo && q->hi > hi)
@@ -825,30 +749,17 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
 }
 
 resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
-  RtPlan p;
-  Variant **v = NULL, *one;
-  RtBuild *b = NULL;
-  resccl_result_t rc;
-  int n = 0;
-  while ((rc = read_variant(f, path, &p, &one)) == resccl_success && one) {
-    Variant **v2 = realloc(v, (size_t)(n + 1) * sizeof *v);
-    RtBuild *b2 = v2 ? realloc(b, (size_t)(n + 1) * sizeof *b) : NULL;
-    if (v2) v = v2;
-    if (b2) b = b2;
-    if (!v2 || !b2) {
-      variant_free(NULL, one);
-      rc = rt_fail(resccl_system_error, "out of memory");
-      break;
-    }
-    v[n] = one, b[n] = (RtBuild){.src = one->src, .arch = arch, .threads = threads ? threads : RT_THREADS}, n++;
-  }
-  fclose(f);
-  if (rc == resccl_success) rc = rt_build_all(b, n);
-  for (int i = 0; i < n; i++) free(b[i].cubin), variant_free(NULL, v[i]);
-  free(v), free(b);
-  return rc == resccl_success && n == 0 ? rt_fail(resccl_invalid_argument, "%s: no plan in the file", path) : rc;
+  PfSection *sec;
+  int n;
+  resccl_result_t rc = pf_read(path, &sec, &n);
+  if (rc != resccl_success) return rc;
+  RtBuild *b = calloc((size_t)n, sizeof *b);
+  if (!b) return pf_free_all(sec, n), rt_fail(resccl_system_error, "out of memory");
+  for (int i = 0; i < n; i++) b[i] = (RtBuild){.src = sec[i].src, .arch = arch, .threads = threads ? threads : RT_THREADS};
+  rc = rt_build_all(b, n);
+  for (int i = 0; i < n; i++) free(b[i].cubin);
+  free(b), pf_free_all(sec, n);
+  return rc;
 }
 
 resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
@@ -874,7 +785,7 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
   for (RtPlan *p = comm->g->plans; p; p = p->next)
     for (int i = 0; i < 6 && !strcmp(p->coll, coll); i++) {
       Variant *v = p->v[i / 3][i % 3];
-      if (v && v->ntb[comm->rank] * v->nblk > *blocks) *blocks = v->ntb[comm->rank] * v->nblk;
+      if (v && v->pf.ntb[comm->rank] * v->nblk > *blocks) *blocks = v->pf.ntb[comm->rank] * v->nblk;
     }
   if (*blocks >= 0) return resccl_success;
   *blocks = 0;
@@ -887,7 +798,7 @@ resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *bl
    buffers). */
 static Variant *form_for(const RtPlan *p, int inplace, size_t bytes) {
   Variant *const *f = p->v[inplace];
-  if (f[1] && bytes >= (f[1]->blockless ? p->conf.ce_from_blockless : p->conf.ce_from)) return f[1];
+  if (f[1] && bytes >= (f[1]->pf.blockless ? p->conf.ce_from_blockless : p->conf.ce_from)) return f[1];
   return f[2] && bytes >= p->conf.pull_from && bytes < p->conf.pull_below && p->conf.direct ? f[2] : f[0];
 }
 
@@ -898,7 +809,7 @@ resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t 
   Variant *v = p ? form_for(p, 0, bytes) : NULL;
   if (p && !v) v = form_for(p, 1, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "no %s plan loaded for %zu bytes", coll, bytes);
-  *blocks = v->ntb[comm->rank] * v->nblk;
+  *blocks = v->pf.ntb[comm->rank] * v->nblk;
   return resccl_success;
 }
 
@@ -988,14 +899,14 @@ static resccl_result_t scratch(Variant *v, resccl_comm_t c, size_t bytes, const 
 /* Every GPU's counters (RxArgs.posts) hold a call of nmicro micro-batches.
    Smaller ones stay allocated until unload, as scratch does. */
 static resccl_result_t counters(Variant *v, resccl_comm_t c, size_t nmicro, const Call *q, int n) {
-  size_t words = nmicro * (size_t)v->ncounters;
+  size_t words = nmicro * (size_t)v->pf.ncounters;
   if (words <= v->post_words) return resccl_success;
   if (words > (size_t)1 << 28)
-    return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->ncounters);
+    return rt_fail(resccl_invalid_usage, "%zu micro-batches of %d copy-engine counters: too many", nmicro, v->pf.ncounters);
   char what[80];
   snprintf(what, sizeof what, "copy-engine counters must grow to %zu micro-batches", nmicro);
   TRY(may_grow(q, n, what));
-  words = words < 64 * (size_t)v->ncounters ? 64 * (size_t)v->ncounters : words < 2 * v->post_words ? 2 * v->post_words : words;
+  words = words < 64 * (size_t)v->pf.ncounters ? 64 * (size_t)v->pf.ncounters : words < 2 * v->post_words ? 2 * v->post_words : words;
   for (int d = 0; d < c->g->ndevs; d++) {
     CU(cudaSetDevice(c->g->dev[d]));
     TRY(dev_alloc(v, &v->dev[d].posts, sizeof(unsigned) * words, NULL));
@@ -1012,9 +923,9 @@ static resccl_result_t shape(Call *c, const Call *q, int n) {
   Variant *v = c->v;
   const RtPlan *p = c->plan;
   size_t count = c->count, es = c->esize;
-  if (v->even && count % (size_t)v->chunks)
+  if (v->pf.even && count % (size_t)v->pf.chunks)
     return rt_fail(resccl_invalid_argument, "%s: count %zu does not split evenly into the %d chunks plan %s needs",
-                   p->coll, count, v->chunks, p->name);
+                   p->coll, count, v->pf.chunks, p->name);
   /* Micro-batches: tile.h's rule, the one the simulator follows too. Slices
      taken in turn where the call is long enough for blocks to drift apart:
      at the tile's micro-batches a block would get at least 4 units of each
@@ -1024,11 +935,11 @@ static resccl_result_t shape(Call *c, const Call *q, int n) {
      slot per slice of each block): every unit costs a claim, a wait and
      fences, and 2 MiB units moved 5-10% more than 1 MiB from 512 MiB. */
   size_t K = (size_t)v->nblk, V = (size_t)v->nslice;
-  size_t nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
+  size_t nm = rx_nmicro(count, es, (size_t)v->pf.chunks, (size_t)v->pf.maxcnt, K, K, p->conf.tile_bytes, p->conf.slot_bytes,
                         (size_t)p->conf.nmicro);
   c->nslice = (int)K, c->turns = 0;
   if (V > K && nm >= 4 * (V / K)) {
-    nm = rx_nmicro(count, es, (size_t)v->chunks, (size_t)v->maxcnt, V, K, p->conf.slot_bytes * K, p->conf.slot_bytes,
+    nm = rx_nmicro(count, es, (size_t)v->pf.chunks, (size_t)v->pf.maxcnt, V, K, p->conf.slot_bytes * K, p->conf.slot_bytes,
                    (size_t)p->conf.nmicro);
     c->nslice = (int)V, c->turns = 1;
   }
@@ -1037,9 +948,9 @@ static resccl_result_t shape(Call *c, const Call *q, int n) {
     return rt_fail(resccl_invalid_usage, "%s: %zu elements would take %zu micro-batches (at most %u): raise "
                    "RESCCL_SLOT_BYTES", p->coll, count, nm, 1u << 20);
   c->nmicro = (int)(nm < 1 ? 1 : nm);
-  if (v->ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, q, n));
-  if (v->bufchunks[2])
-    TRY(scratch(v, c->comm, ((size_t)(v->bufchunks[2] + v->chunks - 1) / v->chunks) * count * es, q, n, &c->buf[2]));
+  if (v->pf.ncounters) TRY(counters(v, c->comm, (size_t)c->nmicro, q, n));
+  if (v->pf.bufchunks[2])
+    TRY(scratch(v, c->comm, ((size_t)(v->pf.bufchunks[2] + v->pf.chunks - 1) / v->pf.chunks) * count * es, q, n, &c->buf[2]));
   return resccl_success;
 }
 
@@ -1174,7 +1085,7 @@ static resccl_result_t ce_sync(const Call *c, int before) {
   s.me = c->comm->d, s.ndev = g->ndevs, s.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
   if (before) {
     s.flags = v->dev[s.me].flags, s.nflags = v->dev[s.me].nflags;
-    s.posts = v->dev[s.me].posts, s.nposts = c->nmicro * v->ncounters;
+    s.posts = v->dev[s.me].posts, s.nposts = c->nmicro * v->pf.ncounters;
   }
   s.stop = v->stop;
   void *params[] = {&s};
@@ -1188,7 +1099,7 @@ static resccl_result_t ce_sync(const Call *c, int before) {
    queue, an event 0.3; events of one GPU's stream that another GPU's
    stream waits for cannot join two captures. */
 static int ce_by_events(const Call *calls, int n, const int *first, int k) {
-  if (calls[k].v->nceflags || calls[k].v->ncounters) return 0;
+  if (calls[k].v->pf.nceflags || calls[k].v->pf.ncounters) return 0;
   for (int j = k; j < n; j++) {
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (first[j] == k && (cudaSetDevice(calls[j].comm->cudev) != cudaSuccess ||
@@ -1216,10 +1127,10 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i, in
     if (first[j] == first[i]) of[calls[j].comm->rank] = &calls[j], at[calls[j].comm->d] = calls[j].stream;
   char used[MAXDEV][MAXDEV];
   memset(used, 0, sizeof used);
-  size_t es = calls[i].esize, N = calls[i].count, M = (size_t)calls[i].nmicro, C = (size_t)v->chunks;
-  for (int k = 0; k < 2 * v->nce; k++) {
-    const int *c = &v->ce[CE_INTS * (k % v->nce)];
-    if ((c[8] >= 0) != (k >= v->nce)) continue;
+  size_t es = calls[i].esize, N = calls[i].count, M = (size_t)calls[i].nmicro, C = (size_t)v->pf.chunks;
+  for (int k = 0; k < 2 * v->pf.nce; k++) {
+    const int *c = &v->pf.ce[CE_INTS * (k % v->pf.nce)];
+    if ((c[8] >= 0) != (k >= v->pf.nce)) continue;
     int ds = g->comms[c[0]].d, dt = g->comms[c[3]].d, each = c[7] >= 0 || c[8] >= 0;
     cudaStream_t st = v->dev[ds].ce[dt];
     CU(cudaSetDevice(g->dev[ds]));
@@ -1234,7 +1145,7 @@ static resccl_result_t ce_copies(Call *calls, int n, const int *first, int i, in
     for (size_t mb = 0; mb < (each ? M : 1); mb++) {
       size_t m = each ? mb : 0, slo, dlo, len;
       if (c[8] >= 0)
-        CUDRV(drv.wait_value((CUstream)st, (CUdeviceptr)(v->dev[ds].posts + mb * (size_t)v->ncounters + (size_t)c[8]),
+        CUDRV(drv.wait_value((CUstream)st, (CUdeviceptr)(v->dev[ds].posts + mb * (size_t)v->pf.ncounters + (size_t)c[8]),
                              (cuuint32_t)calls[i].nslice, CU_STREAM_WAIT_VALUE_GEQ));
       while (rx_ce_run(N, C, M, es, c[2], c[5], c[6], &m, each ? mb + 1 : M, &slo, &dlo, &len))
         CUDRV(drv.copy((CUdeviceptr)(of[c[3]]->buf[c[4]] + dlo * es), (CUdeviceptr)(of[c[0]]->buf[c[1]] + slo * es),
@@ -1271,12 +1182,12 @@ static GqSig sig_of(const Call *c) { return (GqSig){c->v, c->count, c->dtype, c-
    the first does not; its other ranks, called likewise, do the same. */
 static void fall_back(Call *calls, int n, const int *first) {
   for (int k = 0; k < n; k++) {
-    Variant *v = calls[k].v, *f = calls[k].plan->v[v->inplace][0];
-    if (first[k] != k || !(v->nce || v->pulls) || !f || f->nce || f->pulls) continue;
+    Variant *v = calls[k].v, *f = calls[k].plan->v[v->pf.inplace][0];
+    if (first[k] != k || !(v->pf.nce || v->pf.pulls) || !f || f->pf.nce || f->pf.pulls) continue;
     int all = ranks_of(first, n, k);
-    if (all == v->nranks) continue;
+    if (all == v->pf.nranks) continue;
     INFO("%s: %d of plan %s's %d ranks called together: its first form runs", calls[k].plan->coll, all,
-         calls[k].plan->name, v->nranks);
+         calls[k].plan->name, v->pf.nranks);
     for (int j = k; j < n; j++)
       if (first[j] == k && calls[j].v == v) calls[j].v = f;
   }
@@ -1324,11 +1235,11 @@ static resccl_result_t launch(Call *calls, int n) {
       rc = rt_fail(resccl_invalid_usage, "%s: collective number %llu differs in collective, count, datatype, op or "
                    "placement from what its other ranks launched (call collectives in the same order on every rank)",
                    c->plan->coll, seq[i] + 1);
-    if (rc == resccl_success && (c->v->nce || c->v->pulls) && all != c->v->nranks)
+    if (rc == resccl_success && (c->v->pf.nce || c->v->pf.pulls) && all != c->v->pf.nranks)
       rc = rt_fail(resccl_invalid_usage, "%s: plan %s %s, which needs every rank's buffers: call all %d ranks between "
                    "resccl_group_start and resccl_group_end", c->plan->coll, c->plan->name,
-                   c->v->nce ? "moves data on the copy engine" : "reads peers' buffers at this size", c->v->nranks);
-    if (rc == resccl_success && c->v->pulls && !c->plan->conf.direct)
+                   c->v->pf.nce ? "moves data on the copy engine" : "reads peers' buffers at this size", c->v->pf.nranks);
+    if (rc == resccl_success && c->v->pf.pulls && !c->plan->conf.direct)
       rc = rt_fail(resccl_invalid_usage, "%s: plan %s reads peers' buffers, which RESCCL_DIRECT=0 forbids",
                    c->plan->coll, c->plan->name);
     if (rc == resccl_success && here != want)
@@ -1339,7 +1250,7 @@ static resccl_result_t launch(Call *calls, int n) {
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (first[i] != i) continue;
     GqSig sig = sig_of(&calls[i]);
-    gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->nranks);
+    gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->pf.nranks);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
   int nlead = gq_order(q, n, first, order, ready, first + 2 * n);
@@ -1347,7 +1258,7 @@ static resccl_result_t launch(Call *calls, int n) {
      count, one set of flags and one `start` event per GPU, so one call of it
      is queued whole (barrier, kernel, copies, barrier) before the next. */
   for (int t = 0; t < nlead && rc == resccl_success; t++) {
-    int k = order[t], events = calls[k].v->nce && ce_by_events(calls, n, first, k);
+    int k = order[t], events = calls[k].v->pf.nce && ce_by_events(calls, n, first, k);
     for (int i = k; i < n && rc == resccl_success; i++) {
       if (done[i] || first[i] != k) continue;
       Call *c = &calls[i];
@@ -1356,17 +1267,17 @@ static resccl_result_t launch(Call *calls, int n) {
       RxArgs a;
       memset(&a, 0, sizeof a);
       a.run = c->v->dev[d].run, a.block = c->v->dev[d].block, a.count = c->count, a.esize = c->esize, a.nmicro = c->nmicro, a.nslice = c->nslice, a.turns = c->turns, a.dtype = c->dtype,
-      a.op = c->op, a.nranks = c->v->nranks;
-      RxGeom geom = rx_geom(c->count, (size_t)c->v->chunks, (size_t)c->nmicro, c->esize);
-      a.units = geom.units, a.chunks = c->v->chunks, a.vec = (int)geom.v, a.kslab = (int)geom.K;
+      a.op = c->op, a.nranks = c->v->pf.nranks;
+      RxGeom geom = rx_geom(c->count, (size_t)c->v->pf.chunks, (size_t)c->nmicro, c->esize);
+      a.units = geom.units, a.chunks = c->v->pf.chunks, a.vec = (int)geom.v, a.kslab = (int)geom.K;
       int present = 0;
       for (int j = 0; j < n; j++)
         if (first[j] == first[i]) {
           for (int b = 0; b < 3; b++) a.buf[calls[j].comm->rank][b] = calls[j].buf[b];
           present++;
         }
-      a.direct = present == c->v->nranks && c->plan->conf.direct;
-      a.posts = c->v->dev[d].posts, a.ncounters = c->v->ncounters;
+      a.direct = present == c->v->pf.nranks && c->plan->conf.direct;
+      a.posts = c->v->dev[d].posts, a.ncounters = c->v->pf.ncounters;
       if (!a.direct) memset(a.buf, 0, sizeof a.buf);
       a.timeout_ns = (unsigned long long)(c->plan->conf.timeout_s * 1e9);
       int ranks = 0;
@@ -1385,7 +1296,7 @@ static resccl_result_t launch(Call *calls, int n) {
          (and they for it, at the end; under capture, the streams must be in one
          capture). */
       cudaError_t ce = join_streams(calls, n, first, i, 0);
-      if (ce == cudaSuccess && c->v->nce) {
+      if (ce == cudaSuccess && c->v->pf.nce) {
         if (!events && (rc = ce_sync(c, 1)) != resccl_success) break;
         ce = cudaEventRecord(c->v->dev[d].start, c->stream);
       }
@@ -1409,12 +1320,12 @@ static resccl_result_t launch(Call *calls, int n) {
         fprintf(stderr, "resccl INFO launch %s on GPU %d: %d ranks, %d blocks, count %zu, %d micro-batches\n",
                 c->plan->coll, g->dev[d], ranks, c->v->dev[d].nblocks, c->count, c->nmicro);
     }
-    if (rc == resccl_success && calls[k].v->nce) rc = ce_copies(calls, n, first, k, events);
+    if (rc == resccl_success && calls[k].v->pf.nce) rc = ce_copies(calls, n, first, k, events);
     for (int i = k; i < n && rc == resccl_success; i++) {
       if (!lead[i] || first[i] != k) continue;
       int gd = calls[i].comm->g->dev[calls[i].comm->d];
       cudaError_t ce = cudaSetDevice(gd);
-      if (ce == cudaSuccess && calls[i].v->nce && !events && (rc = ce_sync(&calls[i], 0)) != resccl_success) break;
+      if (ce == cudaSuccess && calls[i].v->pf.nce && !events && (rc = ce_sync(&calls[i], 0)) != resccl_success) break;
       if (ce == cudaSuccess) ce = join_streams(calls, n, first, i, 1);
       if (ce != cudaSuccess)
         rc = rt_fail(resccl_unhandled_cuda_error, "%s: ordering the streams of GPU %d: %s", calls[i].plan->coll, gd,

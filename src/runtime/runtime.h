@@ -60,6 +60,34 @@ resccl_result_t rt_build_all(RtBuild *b, int n);
 /* Build every placement of a plan file for sm_<arch> and `threads` (0: RT_THREADS): the check CI
    can run without a GPU. */
 resccl_result_t rt_plan_build(const char *path, int arch, int threads);
+/* ------------------------------------------------------------ planfile.c */
+
+enum { CE_INTS = 9 };        /* numbers of a copy-engine copy: src rbuf ridx dst wbuf widx cnt flag after */
+enum { PF_MAXFILE = 1 << 30 }; /* bytes of a plan file */
+
+/* One section of a plan file (src/planfile.h), checked. */
+typedef struct {
+  char name[64], coll[32];
+  int line;           /* where it starts in its file */
+  int inplace, nranks, chunks, bufchunks[3], fifo_slots, maxcnt, even, nconn, nflags;
+  int *ntb, *csrc, *cdst, *flag_rank; /* TBs per rank; per connection its ranks; per flag its rank */
+  int blockless;      /* no rank has a TB: the copy engine makes every copy */
+  int nce, *ce;       /* copy-engine copies, CE_INTS numbers each */
+  int nceflags;
+  int ncounters;      /* counters copies wait for (RxArgs.posts), per micro-batch */
+  int pulls;          /* receives that read the sender's buffer (RX_PULL, RX_RRC_PULL) */
+  char *src;          /* the kernel: libresccl's templates and the body's statements as parsed */
+} PfSection;
+/* The sections of a plan file's n bytes of text, each checked against its
+   kernel; 0 with the first fault in err ("path:line: field: what"). */
+int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
+/* Read and parse the file at `path` (rt_fail's codes; runtime.c). */
+resccl_result_t pf_read(const char *path, PfSection **out, int *nout);
+void pf_free(PfSection *s);
+void pf_free_all(PfSection *s, int n);
+/* Text of an embedded file of kernels-templates/ (cmake/embed.cmake), NULL when unknown. */
+const char *tpl_text(const char *name);
+
 /* Record the message of a failure and return its code. */
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
 /* RESCCL_DEBUG: 0 off, 1 INFO, 2 TRACE (every launch too). */
