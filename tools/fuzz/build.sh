@@ -1,5 +1,5 @@
 #!/bin/sh
-# Build the importer fuzz targets with clang's libFuzzer, ASan and UBSan:
+# Build the fuzz targets (importers, plan-file reader) with clang's libFuzzer, ASan and UBSan:
 #   tools/fuzz/build.sh [OUTDIR]        (default build-fuzz/)
 # Needs a configured build/ (for the embedded kernel templates) and Debian's
 # clang, libclang-rt-dev, liblua5.4-dev, lua-expat and lua-cjson.
@@ -21,4 +21,8 @@ for fmt in xml json; do
     "$root/tools/fuzz/fuzz_import.c" $srcs "$tpl" \
     $(pkg-config --libs lua5.4) -lm -lpthread -ldl -o "$out/fuzz_import_$fmt"
 done
-echo "built $out/fuzz_import_xml $out/fuzz_import_json"
+# libresccl's plan-file reader needs neither Lua nor CUDA.
+clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I"$root/src/runtime" -I"$root/include" \
+  "$root/tools/fuzz/fuzz_plan.c" "$root/src/runtime/planfile.c" "$tpl" -o "$out/fuzz_plan"
+echo "built $out/fuzz_import_xml $out/fuzz_import_json $out/fuzz_plan"
