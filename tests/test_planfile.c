@@ -214,10 +214,12 @@ static void header_and_kernel_disagree(void **state) {
 
 /* The copy-engine and pulling forms' own numbers. */
 static void copies_counters_pulls(void **state) {
-  bad("reducescatter-ce.plan", "\n1 0 0 0 1 0 1 1 -1\n", "\n1 0 0 0 1 0 1 0 -1\n", "copies", "share flag");
+  bad("reducescatter-ce.plan", "\n1 0 0 0 1 0 1 1 -1\n", "\n1 0 0 0 1 0 1 0 -1\n", "copies", "shares its flag");
   bad("reducescatter-ce.plan", "\n1 0 0 0 1 0 1 1 -1\n", "\n1 0 1 0 1 0 2 1 -1\n", "copies", "out of range");
   bad("allreduce-ce.plan", "\n1 0 0 0 1 0 1 1 -1\n", "\n1 0 0 0 1 0 1 1 0\n", "copies", "out of range");
   bad("allreduce-ce.plan", "\n1 1 1 0 1 1 1 -1 1\n", "\n1 1 1 0 1 1 1 -1 2\n", "copies", "counter 2 of 2");
+  bad("allreduce-ce.plan", "copies 4", "copies 4000", "copies", "more than the rest of the file holds");
+  bad("allreduce.plan", "flags 28", "flags 16000000", "flags", "more than the rest of the file holds");
   bad_at("allreduce-ce.plan", "RX_CE_POST(1)", "RX_CE_POST(0)", "\n1 1 1 0 1 1 1 -1 1\n", "copies", "never posts");
   bad("allreduce-ce.plan", "pulls 0", "pulls 1", "pulls", "copy-engine");
   bad_at("allreduce-pull.plan", "pulls 2", "pulls 0", "RX_PROGRAM_BEGIN", "kernel", "RX_PROGRAM_BEGIN: pulls");

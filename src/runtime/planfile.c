@@ -131,6 +131,13 @@ static int ints(Rd *r, const char *key, int *out, int n, long long lo, long long
   return intsf(r, key, key, out, n, lo, hi);
 }
 
+/* `count` lines of at least `bytes` each can follow: a header cannot make
+   the reader allocate more than the file could fill. */
+static int room(Rd *r, const char *field, int count, size_t bytes) {
+  if ((size_t)count <= (size_t)(r->end - r->s) / bytes) return 1;
+  return r->line--, fail(r, field, "%d lines, more than the rest of the file holds", count);
+}
+
 /* A line "key word" whose word is one of `words` (NULL-ended); its index. */
 static int word(Rd *r, const char *key, const char *const *words, int *out) {
   const char *p, *eol;
@@ -210,7 +217,7 @@ typedef struct {
 static int statement(Rd *r, Lex *x, Body *b, RxStatement st) {
   const PfSection *p = b->p;
   const char *sig = rx_statements[st].args, *name = rx_statements[st].name;
-  int v[16], bufs[4], idxs[4], nb = 0, n = 1, conn = -1;
+  int v[16], bufs[8], idxs[8], nb = 0, n = 1, conn = -1;
   size_t na = strlen(sig);
   out_puts(&r->out, name), out_puts(&r->out, "(");
   for (size_t k = 0; k < na; k++) {
@@ -359,7 +366,9 @@ static int section(Rd *r, PfSection *p) {
   if (!ints(r, "resccl-plan", &version, 1, 0, 1 << 30)) return 0;
   if (version != RX_PLAN_VERSION) return r->line--, fail(r, "resccl-plan", "version %d, not %d: compile the plan again", version, RX_PLAN_VERSION);
   if (!line(r, "name", "name", &a, &eol)) return 0;
-  if (eol - a < 2 || eol - a > 64 || (memcpy(p->name, a + 1, (size_t)(eol - a - 1)), p->name[eol - a - 1] = '\0', !rx_name_ok(p->name)))
+  if (eol - a < 2 || eol - a > 64 || a[0] != ' ' ||
+      (memcpy(p->name, a + 1, (size_t)(eol - a - 1)), p->name[eol - a - 1] = '\0', !rx_name_ok(p->name)) ||
+      strlen(p->name) != (size_t)(eol - a - 1))
     return fail(r, "name", "not one word of letters, digits and _.+- (at most 63 bytes)");
   r->s = eol + 1, r->line++;
   if (!word(r, "collective", colls, &coll) || !word(r, "placement", places, &p->inplace)) return 0;
@@ -378,7 +387,8 @@ static int section(Rd *r, PfSection *p) {
       !ints(r, "even", &p->even, 1, 0, 1))
     return 0;
   if (!(p->ntb = malloc(sizeof(int) * (size_t)R))) return fail(r, "tbs", "out of memory");
-  if (!ints(r, "tbs", p->ntb, R, 0, MAXTB) || !ints(r, "conns", &p->nconn, 1, 0, MAXCONN)) return 0;
+  if (!ints(r, "tbs", p->ntb, R, 0, MAXTB) || !ints(r, "conns", &p->nconn, 1, 0, MAXCONN) || !room(r, "conns", p->nconn, 4))
+    return 0;
   p->csrc = malloc(sizeof(int) * ((size_t)p->nconn + 1)), p->cdst = malloc(sizeof(int) * ((size_t)p->nconn + 1));
   if (!p->csrc || !p->cdst) return fail(r, "conns", "out of memory");
   for (int c = 0; c < p->nconn; c++) {
@@ -387,11 +397,11 @@ static int section(Rd *r, PfSection *p) {
     if (sd[0] == sd[1]) return r->line--, fail(r, "conns", "connection %d from rank %d to itself", c, sd[0]);
     p->csrc[c] = sd[0], p->cdst[c] = sd[1];
   }
-  if (!ints(r, "flags", &p->nflags, 1, 0, MAXFLAGS)) return 0;
+  if (!ints(r, "flags", &p->nflags, 1, 0, MAXFLAGS) || !room(r, "flags", p->nflags, 2)) return 0;
   if (!(p->flag_rank = malloc(sizeof(int) * ((size_t)p->nflags + 1)))) return fail(r, "flags", "out of memory");
   for (int i = 0; i < p->nflags; i++)
     if (!intsf(r, "", "flags", &p->flag_rank[i], 1, 0, R - 1)) return 0;
-  if (!ints(r, "copies", &p->nce, 1, 0, MAXFLAGS)) return 0;
+  if (!ints(r, "copies", &p->nce, 1, 0, MAXFLAGS) || !room(r, "copies", p->nce, 2 * CE_INTS)) return 0;
   if (!(p->ce = malloc(sizeof(int) * (CE_INTS * (size_t)p->nce + 1)))) return fail(r, "copies", "out of memory");
   for (int i = 0; i < p->nce; i++) {
     int *c = &p->ce[CE_INTS * i];
@@ -407,15 +417,19 @@ static int section(Rd *r, PfSection *p) {
   }
   if (!ints(r, "counters", &p->ncounters, 1, 0, p->nce)) return 0;
   int after = r->line, ce_line = after - 1 - p->nce;
+  /* Copy-engine flags are numbered 0, 1, ... once each, in any order. */
+  char *seen = calloc((size_t)p->nceflags + 1, 1);
+  if (!seen) return fail(r, "copies", "out of memory");
   for (int i = 0; i < p->nce; i++) {
     const int *c = &p->ce[CE_INTS * i];
     r->line = ce_line + i;
-    if (c[8] >= p->ncounters) return fail(r, "copies", "copy %d waits for counter %d of %d", i, c[8], p->ncounters);
-    /* Copy-engine flags are numbered 0, 1, ... once each, in any order. */
-    if (c[7] >= p->nceflags) return fail(r, "copies", "copy %d: flag %d of %d", i, c[7], p->nceflags);
-    for (int j = 0; j < i && c[7] >= 0; j++)
-      if (p->ce[CE_INTS * j + 7] == c[7]) return fail(r, "copies", "copies %d and %d share flag %d", j, i, c[7]);
+    const char *bad = c[8] >= p->ncounters ? "waits for a counter the plan does not have"
+                      : c[7] >= p->nceflags ? "has a flag past the copies' flags"
+                      : c[7] >= 0 && seen[c[7]]++ ? "shares its flag with an earlier copy" : NULL;
+    if (bad) return free(seen), fail(r, "copies", "copy %d %s (flag %d of %d, counter %d of %d)", i, bad, c[7], p->nceflags,
+                                     c[8], p->ncounters);
   }
+  free(seen);
   r->line = after;
   if (!ints(r, "pulls", &p->pulls, 1, 0, MAXPRIM)) return 0;
   if (p->pulls && p->nce) return r->line--, fail(r, "pulls", "a plan that pulls has no copy-engine copies");
