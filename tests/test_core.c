@@ -530,6 +530,47 @@ static void test_tb_lend(void **state) {
   prog_free(p);
 }
 
+/* Every primitive's waits lie packed in Plan.wait, in primitive order, and
+   name primitives of the plan. */
+static void check_waits(const Plan *pl) {
+  int off = 0;
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *q = &pl->p[i];
+    if (q->nwaits) assert_int_equal(q->wait_off, off);
+    for (int j = q->wait_off; j < q->wait_off + q->nwaits; j++) assert_true(pl->wait[j] >= 0 && pl->wait[j] < pl->np);
+    off += q->nwaits;
+  }
+  assert_int_equal(off, pl->nwait);
+}
+
+/* Pulls on a two-rank ring all-reduce: pull_in drops the waits for the
+   sends that go, and put_on then drops more primitives (the sends that the
+   reductions put themselves), in place too. */
+static void test_tb_pull(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(2, 0);
+  Topo *t = topo_flat(2);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    Plan pl;
+    Options o = default_opts;
+    o.pull = 1, o.inplace = inplace;
+    assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+    assert_true(pl.verified);
+    assert_int_equal(pl.npulls, 2);
+    assert_int_equal(pl.nputs, 2);
+    check_waits(&pl);
+    ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
+                  .timeout_ms = 5000, .direct = 1};
+    ExecResult r;
+    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+    assert_int_equal(r.nwrong, 0);
+    plan_free(&pl);
+  }
+  topo_free(t);
+  prog_free(p);
+}
+
 /* -------------------------------------------------- template / emitter */
 
 /* Copy-engine copies as contiguous runs (tile.h's rx_ce_run): blocks of 64
@@ -741,6 +782,7 @@ int main(void) {
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),
+    cmocka_unit_test(test_tb_pull),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
