@@ -268,6 +268,38 @@ static void test_sched_ring_steps(void **state) {
   prog_free(p);
 }
 
+/* A chunk none of whose tasks is ready when its first sub-pipeline opens
+   (its list of ready tasks is still NULL): chunk 1 starts by overwriting
+   the scratch chunk that chunk 5 passes through. */
+static void test_sched_waiting_chunk(void **state) {
+  (void)state;
+  Err e;
+  Program *p = prog_new("waiting", COLL_ALLGATHER, 2, 2, 1);
+  prog_file(p, "waiting.lua");
+  add(p, 0, BUF_INPUT, 0, 1, BUF_SCRATCH, 5, OP_COPY, 0);
+  add(p, 1, BUF_SCRATCH, 5, 0, BUF_SCRATCH, 1, OP_COPY, 1);
+  add(p, 0, BUF_SCRATCH, 1, 1, BUF_OUTPUT, 0, OP_COPY, 2);
+  add(p, 1, BUF_INPUT, 0, 0, BUF_SCRATCH, 1, OP_COPY, 3);
+  add(p, 0, BUF_SCRATCH, 1, 1, BUF_OUTPUT, 1, OP_COPY, 4);
+  Topo *t = topo_flat(2);
+  Dag d;
+  assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
+  assert_int_equal(d.n, 5);
+  assert_int_equal(d.t[3].chunk, 1);
+  assert_int_equal(d.t[4].chunk, 1);
+  assert_int_equal(d.pred_off[4] - d.pred_off[3], 2); /* the second and third transfers */
+  for (int k = 0; k < 2; k++) {
+    Sched s;
+    assert_int_equal(sched_run(&s, &d, k ? SK_RR : SK_HPDS, &e), RC_OK);
+    check_schedule(&d, &s);
+    assert_int_equal(s.nslots, 3);
+    sched_free(&s);
+  }
+  dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
 /* ------------------------------------------------- lower / tb / verify */
 
 static void test_plan_ring(void **state) {
@@ -800,7 +832,7 @@ int main(void) {
     cmocka_unit_test(test_topo_parse),      cmocka_unit_test(test_topo_route),
     cmocka_unit_test(test_program_bounds),  cmocka_unit_test(test_program_inplace),
     cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_dag_fold_reduction),        cmocka_unit_test(test_sched_invariants),
-    cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
+    cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_sched_waiting_chunk), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
     cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),       cmocka_unit_test(test_verify_split),
