@@ -153,8 +153,9 @@ rcStatus sched_run(Sched *s, const Dag *d, SchedKind kind, Err *e) {
           }
         }
       }
-      /* Tasks readied during the scan (appended past `end`) stay queued. */
-      memmove(r->t + keep, r->t + end, (size_t)(r->n - end) * sizeof *r->t);
+      /* Tasks readied during the scan (appended past `end`) stay queued; a
+         chunk with none ever queued has no list (r->t is NULL). */
+      if (r->n > end) memmove(r->t + keep, r->t + end, (size_t)(r->n - end) * sizeof *r->t);
       r->n = keep + (r->n - end);
       if (took) {
         if (kind == SK_HPDS) {

@@ -652,7 +652,17 @@ static void drop_prims(Plan *pl, const char *out) {
     key[n] = pl->p[i].seq, pl->p[n++] = pl->p[i];
   }
   pl->np = n;
-  for (int w = 0; w < pl->nwait; w++) pl->wait[w] = to[pl->wait[w]];
+  /* The waits of those that stay, renumbered and packed again: a list lies
+     in [wait_off, wait_off + nwaits) and may have shrunk (pull_in), and the
+     lists lie in primitive order, so packing never overtakes what it reads. */
+  int nw = 0;
+  for (int i = 0; i < n; i++) {
+    Prim *p = &pl->p[i];
+    int beg = p->wait_off;
+    p->wait_off = nw;
+    for (int j = beg; j < beg + p->nwaits; j++) pl->wait[nw++] = to[pl->wait[j]];
+  }
+  pl->nwait = nw;
   for (int t = 0; t < pl->dag.n; t++) {
     pl->task_send[t] = pl->task_send[t] >= 0 ? to[pl->task_send[t]] : -1;
     pl->task_recv[t] = pl->task_recv[t] >= 0 ? to[pl->task_recv[t]] : -1;
@@ -840,7 +850,8 @@ static void pull_in(Plan *pl) {
     q->pull = 1, q->direct = 0, q->cin = -1, q->rbuf = p->rbuf, q->ridx = p->ridx;
     pl->npulls++;
   }
-  /* Writers that waited for a send that went wait for it no more. */
+  /* Writers that waited for a send that went wait for it no more (their
+     lists shrink where they lie; drop_prims packs them). */
   for (int i = 0; i < pl->np && pl->npulls; i++) {
     Prim *w = &pl->p[i];
     int k = 0;

@@ -395,8 +395,9 @@ static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
 ** copies are not sliced: what orders them orders every slice.
 */
 static int sliced_alike(const Plan *pl, const Access *a, const Access *b) {
-  int np = pl->np, wa = a->cnt == 1 || pl->split[a->ev], wb = b->cnt == 1 || pl->split[b->ev];
-  return a->ev >= np || b->ev >= np || (wa && wb) || (!wa && !wb && a->lo == b->lo && a->cnt == b->cnt);
+  if (a->ev >= pl->np || b->ev >= pl->np) return 1; /* a copy: Plan.split has no entry for it */
+  int wa = a->cnt == 1 || pl->split[a->ev], wb = b->cnt == 1 || pl->split[b->ev];
+  return (wa && wb) || (!wa && !wb && a->lo == b->lo && a->cnt == b->cnt);
 }
 
 static void split_ranges(Plan *pl, const Access *x, const int *pair, int npair) {

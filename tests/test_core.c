@@ -268,6 +268,38 @@ static void test_sched_ring_steps(void **state) {
   prog_free(p);
 }
 
+/* A chunk none of whose tasks is ready when its first sub-pipeline opens
+   (its list of ready tasks is still NULL): chunk 1 starts by overwriting
+   the scratch chunk that chunk 5 passes through. */
+static void test_sched_waiting_chunk(void **state) {
+  (void)state;
+  Err e;
+  Program *p = prog_new("waiting", COLL_ALLGATHER, 2, 2, 1);
+  prog_file(p, "waiting.lua");
+  add(p, 0, BUF_INPUT, 0, 1, BUF_SCRATCH, 5, OP_COPY, 0);
+  add(p, 1, BUF_SCRATCH, 5, 0, BUF_SCRATCH, 1, OP_COPY, 1);
+  add(p, 0, BUF_SCRATCH, 1, 1, BUF_OUTPUT, 0, OP_COPY, 2);
+  add(p, 1, BUF_INPUT, 0, 0, BUF_SCRATCH, 1, OP_COPY, 3);
+  add(p, 0, BUF_SCRATCH, 1, 1, BUF_OUTPUT, 1, OP_COPY, 4);
+  Topo *t = topo_flat(2);
+  Dag d;
+  assert_int_equal(dag_build(&d, p, t, 0, 0, &e), RC_OK);
+  assert_int_equal(d.n, 5);
+  assert_int_equal(d.t[3].chunk, 1);
+  assert_int_equal(d.t[4].chunk, 1);
+  assert_int_equal(d.pred_off[4] - d.pred_off[3], 2); /* the second and third transfers */
+  for (int k = 0; k < 2; k++) {
+    Sched s;
+    assert_int_equal(sched_run(&s, &d, k ? SK_RR : SK_HPDS, &e), RC_OK);
+    check_schedule(&d, &s);
+    assert_int_equal(s.nslots, 3);
+    sched_free(&s);
+  }
+  dag_free(&d);
+  topo_free(t);
+  prog_free(p);
+}
+
 /* ------------------------------------------------- lower / tb / verify */
 
 static void test_plan_ring(void **state) {
@@ -530,6 +562,72 @@ static void test_tb_lend(void **state) {
   prog_free(p);
 }
 
+/* Every primitive's waits lie packed in Plan.wait, in primitive order, and
+   name primitives of the plan. */
+static void check_waits(const Plan *pl) {
+  int off = 0;
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *q = &pl->p[i];
+    if (q->nwaits) assert_int_equal(q->wait_off, off);
+    for (int j = q->wait_off; j < q->wait_off + q->nwaits; j++) assert_true(pl->wait[j] >= 0 && pl->wait[j] < pl->np);
+    off += q->nwaits;
+  }
+  assert_int_equal(off, pl->nwait);
+}
+
+/* Pulls on a two-rank ring all-reduce: pull_in drops the waits for the
+   sends that go, and put_on then drops more primitives (the sends that the
+   reductions put themselves), in place too. */
+static void test_tb_pull(void **state) {
+  (void)state;
+  Err e;
+  Program *p = ring_allreduce(2, 0);
+  Topo *t = topo_flat(2);
+  for (int inplace = 0; inplace < 2; inplace++) {
+    Plan pl;
+    Options o = default_opts;
+    o.pull = 1, o.inplace = inplace;
+    assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+    assert_true(pl.verified);
+    assert_int_equal(pl.npulls, 2);
+    assert_int_equal(pl.nputs, 2);
+    check_waits(&pl);
+    ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
+                  .timeout_ms = 5000, .direct = 1};
+    ExecResult r;
+    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+    assert_int_equal(r.nwrong, 0);
+    plan_free(&pl);
+  }
+  topo_free(t);
+  prog_free(p);
+}
+
+/* Copy-engine copies of several chunks: the verifier's events past the
+   primitives are the copies, which are not sliced (verify.c's sliced_alike). */
+static void test_ce_verify(void **state) {
+  (void)state;
+  Err e;
+  Program *p = oneshot_allreduce(2);
+  Topo *t = topo_flat(2);
+  Plan pl;
+  Options o = default_opts;
+  o.ce = 1;
+  assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
+  assert_true(pl.verified);
+  assert_int_equal(pl.nce, 2);
+  for (int i = 0; i < pl.nce; i++) assert_int_equal(pl.ce[i].cnt, 2);
+  check_waits(&pl);
+  ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
+                .timeout_ms = 5000, .direct = 1};
+  ExecResult r;
+  assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+  assert_int_equal(r.nwrong, 0);
+  plan_free(&pl);
+  topo_free(t);
+  prog_free(p);
+}
+
 /* -------------------------------------------------- template / emitter */
 
 /* Copy-engine copies as contiguous runs (tile.h's rx_ce_run): blocks of 64
@@ -734,13 +832,14 @@ int main(void) {
     cmocka_unit_test(test_topo_parse),      cmocka_unit_test(test_topo_route),
     cmocka_unit_test(test_program_bounds),  cmocka_unit_test(test_program_inplace),
     cmocka_unit_test(test_dag_ring),        cmocka_unit_test(test_dag_fold_reduction),        cmocka_unit_test(test_sched_invariants),
-    cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_plan_ring),
+    cmocka_unit_test(test_sched_ring_steps), cmocka_unit_test(test_sched_waiting_chunk), cmocka_unit_test(test_plan_ring),
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
     cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),       cmocka_unit_test(test_verify_split),
     cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),
+    cmocka_unit_test(test_tb_pull),         cmocka_unit_test(test_ce_verify),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,12 +40,19 @@ __attribute__((section("__libfuzzer_extra_counters"))) static uint8_t lua_edges[
 static lua_State *L;
 static uintptr_t prev_loc;
 
-/* Line hook: count the edge (previous line -> this line) in Lua code. */
-static void hook(lua_State *l, lua_Debug *ar) {
-  if (!lua_getinfo(l, "S", ar)) return;
-  uintptr_t loc = ((uintptr_t)ar->source * 31u) ^ ((uintptr_t)ar->currentline * 2654435761u);
+/* Line hook: count the edge (previous line -> this line) in Lua code. It
+   is a Lua hook function (debug.sethook's, called with "line" and the line),
+   not a C lua_Hook: lua/resccl/init.lua's budgeted calls save the hook with
+   debug.gethook and put it back after, which only a function survives
+   (gethook reports a C hook as the string "external hook"). While a
+   budgeted call runs, its own hook stands in for this one. */
+static int hook(lua_State *l) {
+  lua_Debug ar;
+  if (!lua_getstack(l, 1, &ar) || !lua_getinfo(l, "S", &ar)) return 0; /* level 1: the running function */
+  uintptr_t loc = ((uintptr_t)ar.source * 31u) ^ ((uintptr_t)lua_tointeger(l, 2) * 2654435761u);
   lua_edges[(loc ^ prev_loc) & (NCOUNTERS - 1)]++;
   prev_loc = loc >> 1;
+  return 0;
 }
 
 /* The Lua side: import, then compile and verify when small enough.
@@ -89,7 +96,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   else lua_pushnil(L);
   if (lua_pcall(L, 2, 1, 0) != LUA_OK) goto fail;
   lua_setfield(L, LUA_REGISTRYINDEX, "fuzz.driver");
-  lua_sethook(L, hook, LUA_MASKLINE, 0);
+  if (luaL_dostring(L, "return debug.sethook") != LUA_OK) goto fail;
+  lua_pushcfunction(L, hook);
+  lua_pushliteral(L, "l");
+  if (lua_pcall(L, 2, 0, 0) != LUA_OK) goto fail;
   return 0;
 fail:
   fprintf(stderr, "fuzz_import: %s\n", lua_tostring(L, -1));
