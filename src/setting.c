@@ -27,7 +27,7 @@ static const char *shown(const char *text, char buf[48]) {
 
 /* A value of kind k as a message shows it, readable back as one. */
 static const char *format(SetKind k, double x, char buf[48]) {
-  static const char *const unit[] = {"", "KiB", "MiB", "GiB", "TiB"};
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int n = 0;
   if (k == SET_SIZE && x > 0)
     while (n < 4 && fmod(x, ldexp(1, 10 * (n + 1))) == 0) n++;

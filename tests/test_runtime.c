@@ -540,7 +540,7 @@ static void settings(void) {
       {"RESCCL_TIMEOUT", "-1", "RESCCL_TIMEOUT=-1: not a duration"},
       {"RESCCL_TIMEOUT", "2e9", "RESCCL_TIMEOUT=2e9: out of range (0s to 1e+09s)"},
       {"RESCCL_SLOT_BYTES", "4294971392", "RESCCL_SLOT_BYTES=4294971392: out of range (4KiB to 1GiB)"},
-      {"RESCCL_SLOT_BYTES", "4100", "RESCCL_SLOT_BYTES=4100: not a multiple of 16"},
+      {"RESCCL_SLOT_BYTES", "4100", "RESCCL_SLOT_BYTES=4100: not a multiple of 16B"},
       {"RESCCL_SLOT_BYTES", "256KiB", NULL},
       {"RESCCL_CE_FROM", "-1", "RESCCL_CE_FROM=-1: not a size"},
       {"RESCCL_CE_FROM", "16777216T", "RESCCL_CE_FROM=16777216T: out of range"},

@@ -72,14 +72,14 @@ static void sizes(void **state) {
   assert_true(parse("256M", SIZE) == 256 * MiB && parse("256 MiB", SIZE) == 256 * MiB && parse("2G", SIZE) == 2048 * MiB &&
               parse("3T", SIZE) == 3 * 0x1p40 && parse("1.5K", SIZE) == 1536 && parse("0.5MiB", SIZE) == MiB / 2);
   assert_true(parse("8192T", SIZE) == 0x1p53); /* the largest */
-  refused("8193T", SIZE, "X=8193T: out of range (0 to 8192TiB)");
-  refused("16777216T", SIZE, "X=16777216T: out of range (0 to 8192TiB)");    /* 2^64: would wrap to 0 */
-  refused("4294971392G", SIZE, "X=4294971392G: out of range (0 to 8192TiB)"); /* 2^32+4096 GiB */
-  refused("99999999999999999999999999", SIZE, "X=99999999999999999999999999: out of range (0 to 8192TiB)");
+  refused("8193T", SIZE, "X=8193T: out of range (0B to 8192TiB)");
+  refused("16777216T", SIZE, "X=16777216T: out of range (0B to 8192TiB)");    /* 2^64: would wrap to 0 */
+  refused("4294971392G", SIZE, "X=4294971392G: out of range (0B to 8192TiB)"); /* 2^32+4096 GiB */
+  refused("99999999999999999999999999", SIZE, "X=99999999999999999999999999: out of range (0B to 8192TiB)");
   Setting slot = {SET_SIZE, 4096, 0x1p30, 0, 16};
   refused("4294971392", slot, "X=4294971392: out of range (4KiB to 1GiB)"); /* 2^32 + 4096: no wrap to 4096 */
   refused("4095", slot, "X=4095: out of range (4KiB to 1GiB)");
-  refused("4100", slot, "X=4100: not a multiple of 16");
+  refused("4100", slot, "X=4100: not a multiple of 16B");
   assert_true(parse("1G", slot) == 0x1p30 && parse("4K", slot) == 4096);
   refused("1.5", SIZE, "X=1.5: not a whole number of bytes");
   refused("1.3K", SIZE, "X=1.3K: not a whole number of bytes");
@@ -94,8 +94,8 @@ static void sizes(void **state) {
   assert_true(parse("64", mib) == 64 * MiB && parse("0.5", mib) == MiB / 2 && parse("1G", mib) == 1024 * MiB &&
               parse("100B", mib) == 100);
   refused("1e20", mib, "X=1e20: not a size (examples: 64, 64K, 1MiB, 2G; 64 means 64MiB)");
-  refused("99999999999", mib, "X=99999999999: out of range (1 to 1024TiB)");
-  refused("0", mib, "X=0: out of range (1 to 1024TiB)");
+  refused("99999999999", mib, "X=99999999999: out of range (1B to 1024TiB)");
+  refused("0", mib, "X=0: out of range (1B to 1024TiB)");
 }
 
 static void durations(void **state) {
@@ -139,7 +139,7 @@ static void messages(void **state) {
   refused(longer, INT, "X=7777777777777777777777777777777777777777...: out of range (-100 to 100)");
   /* setting_check: a value from elsewhere, shown as its kind reads */
   assert_int_equal(setting_check("RESCCL_SLOT_BYTES", 5000, &(Setting){SET_SIZE, 4096, 0x1p30, 0, 16}, err), -1);
-  assert_string_equal(err, "RESCCL_SLOT_BYTES=5000: not a multiple of 16");
+  assert_string_equal(err, "RESCCL_SLOT_BYTES=5000B: not a multiple of 16B");
   assert_int_equal(setting_check("RESCCL_TIMEOUT", 2e9, &DUR, err), -1);
   assert_string_equal(err, "RESCCL_TIMEOUT=2e+09s: out of range (0s to 1e+09s)");
   assert_int_equal(setting_check("RESCCL_THREADS", 512, &(Setting){SET_INT, 0, 1024, 0, 32}, err), 0);
