@@ -2,6 +2,7 @@
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
 ** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
 */
+#include <float.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "lbind.h"
+#include "setting.h"
 #include "wfile.h"
 
 #ifndef RESCCL_VERSION
@@ -213,6 +215,31 @@ static int l_alarm(lua_State *L) {
   return 1;
 }
 
+/* core.setting(kind, name, text [, lo [, hi [, unit [, step]]]]) -> the value of
+   setting `name` read from text by setting_parse (kind "int", "real", "size",
+   "duration" or "bool"; an integer, a number or a boolean), or nil, message.
+   The range defaults to the kind's: integers and sizes within 2^53, reals
+   finite, durations from 0 to 2^53 s. */
+static int l_setting(lua_State *L) {
+  static const char *const kinds[] = {"int", "real", "size", "duration", "bool", NULL};
+  static const double lo[] = {-0x1p53, -DBL_MAX, 0, 0, 0}, hi[] = {0x1p53, DBL_MAX, 0x1p53, 0x1p53, 1};
+  SetKind k = (SetKind)luaL_checkoption(L, 1, NULL, kinds);
+  const char *name = luaL_checkstring(L, 2), *text = luaL_checkstring(L, 3);
+  Setting s = {k, luaL_optnumber(L, 4, lo[k]), luaL_optnumber(L, 5, hi[k]), luaL_optnumber(L, 6, 1),
+               luaL_optnumber(L, 7, 0)};
+  luaL_argcheck(L, s.lo >= lo[k] && s.hi <= hi[k], s.lo < lo[k] ? 4 : 5, "beyond the kind's range");
+  luaL_argcheck(L, s.unit > 0 && s.unit <= 0x1p53 && (k != SET_SIZE || s.unit == (lua_Integer)s.unit), 6,
+                "not a unit (bytes: a whole number)");
+  luaL_argcheck(L, s.step >= 0 && s.step <= 0x1p53, 7, "not a step");
+  double x;
+  char err[SETTING_ERR];
+  if (setting_parse(name, text, &s, &x, err)) return luaL_pushfail(L), lua_pushstring(L, err), 2;
+  if (k == SET_BOOL) lua_pushboolean(L, x != 0);
+  else if (k == SET_INT || k == SET_SIZE) lua_pushinteger(L, (lua_Integer)x);
+  else lua_pushnumber(L, x);
+  return 1;
+}
+
 /* core.clock() -> milliseconds on a monotonic clock */
 static int l_clock(lua_State *L) {
   lua_pushnumber(L, now_ms());
@@ -243,6 +270,8 @@ int luaopen_resccl_core(lua_State *L) {
   lua_setfield(L, -2, "file_kind");
   lua_pushcfunction(L, l_write_file);
   lua_setfield(L, -2, "write_file");
+  lua_pushcfunction(L, l_setting);
+  lua_setfield(L, -2, "setting");
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
   l_program_open(L);

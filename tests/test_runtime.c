@@ -528,8 +528,59 @@ static resccl_result_t plan_runs(const char *dir, const char *coll, const char *
   return rc;
 }
 
+/* The settings a plan is loaded with, read from the environment (rt_conf_env, which resccl_plan_load
+   calls before it needs a GPU): values with units, and bad ones refused with their name and text. */
+static void settings(void) {
+  static const struct {
+    const char *var, *value, *says; /* says NULL: accepted */
+  } cases[] = {
+      {"RESCCL_TIMEOUT", "abc", "RESCCL_TIMEOUT=abc: not a duration (examples: 30, 30s, 500ms, 2m)"},
+      {"RESCCL_TIMEOUT", "1m", NULL},
+      {"RESCCL_TIMEOUT", "nan", "RESCCL_TIMEOUT=nan: not a duration"},
+      {"RESCCL_TIMEOUT", "-1", "RESCCL_TIMEOUT=-1: not a duration"},
+      {"RESCCL_TIMEOUT", "2e9", "RESCCL_TIMEOUT=2e9: out of range (0s to 1e+09s)"},
+      {"RESCCL_SLOT_BYTES", "4294971392", "RESCCL_SLOT_BYTES=4294971392: out of range (4KiB to 1GiB)"},
+      {"RESCCL_SLOT_BYTES", "4100", "RESCCL_SLOT_BYTES=4100: not a multiple of 16B"},
+      {"RESCCL_SLOT_BYTES", "256KiB", NULL},
+      {"RESCCL_CE_FROM", "-1", "RESCCL_CE_FROM=-1: not a size"},
+      {"RESCCL_CE_FROM", "16777216T", "RESCCL_CE_FROM=16777216T: out of range"},
+      {"RESCCL_PULL_FROM", "1X", "RESCCL_PULL_FROM=1X: not a size"},
+      {"RESCCL_TILE_BYTES", "2T", "RESCCL_TILE_BYTES=2T: out of range (4KiB to 1TiB)"},
+      {"RESCCL_NCHANNELS", "65", "RESCCL_NCHANNELS=65: out of range (0 to 64)"},
+      {"RESCCL_NCHANNELS", "8 ", "RESCCL_NCHANNELS=8 : not an integer"},
+      {"RESCCL_SLICES", "4294967298", "RESCCL_SLICES=4294967298: out of range (0 to 16)"},
+      {"RESCCL_THREADS", "100", "RESCCL_THREADS=100: not a multiple of 32"},
+      {"RESCCL_SLOTS", "0", "RESCCL_SLOTS=0: out of range (1 to 2147483647)"},
+      {"RESCCL_NMICRO", "-1", "RESCCL_NMICRO=-1: out of range (0 to 2147483647)"},
+      {"RESCCL_DIRECT", "2", "RESCCL_DIRECT=2: not a boolean"},
+      {"RESCCL_DTYPES", "f32,bf17", "RESCCL_DTYPES=f32,bf17: not a list of dtypes"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    RtConf c;
+    setenv(cases[i].var, cases[i].value, 1);
+    resccl_result_t rc = rt_conf_env(&c);
+    unsetenv(cases[i].var);
+    if (cases[i].says)
+      CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), cases[i].says), "%s=%s: %d, '%s'",
+            cases[i].var, cases[i].value, rc, resccl_get_last_error());
+    else CHECK(rc == resccl_success, "%s=%s refused: %s", cases[i].var, cases[i].value, resccl_get_last_error());
+  }
+  /* what the accepted ones mean, and the defaults where a variable is empty */
+  RtConf c;
+  setenv("RESCCL_TIMEOUT", "1m", 1), setenv("RESCCL_SLOT_BYTES", "256KiB", 1), setenv("RESCCL_CE_FROM", "8 MiB", 1);
+  setenv("RESCCL_DIRECT", "off", 1), setenv("RESCCL_NCHANNELS", "", 1);
+  resccl_result_t rc = rt_conf_env(&c);
+  CHECK(rc == resccl_success && c.timeout_s == 60 && c.slot_bytes == 256 << 10 && c.ce_from == 8 << 20 &&
+        c.ce_from_blockless == 8 << 20 && c.direct == 0 && c.nchan == 0 && c.threads == RT_THREADS,
+        "settings read as %g s, %zu, %zu, %d, %d", c.timeout_s, c.slot_bytes, c.ce_from, c.direct, c.nchan);
+  unsetenv("RESCCL_TIMEOUT"), unsetenv("RESCCL_SLOT_BYTES"), unsetenv("RESCCL_CE_FROM"), unsetenv("RESCCL_DIRECT");
+  unsetenv("RESCCL_NCHANNELS");
+  printf("settings: %zu read, the bad ones refused with their names\n", sizeof cases / sizeof *cases + 1);
+}
+
 int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "build")) {
+    settings();
     for (int i = 2; i < argc; i++) {
       /* the reduce-scatter plan at RESCCL_THREADS's largest, the others at the default */
       resccl_result_t rc = rt_plan_build(argv[i], 90, strstr(argv[i], "reducescatter") ? 1024 : 0);
@@ -667,7 +718,7 @@ int main(int argc, char **argv) {
   /* The plain all-reduce again (the checks below call ranks alone: they
      run its first form). */
   snprintf(path, sizeof path, "%s/allreduce.plan", argv[2]);
-  load_refused(path, "RESCCL_PULL_BELOW", "1X", "RESCCL_PULL_BELOW is not a size");
+  load_refused(path, "RESCCL_PULL_BELOW", "1X", "RESCCL_PULL_BELOW=1X: not a size");
   /* RESCCL_DTYPES: kernels that reduce those dtypes only; the others' calls are refused. */
   load_refused(path, "RESCCL_DTYPES", "f32,bf17", "RESCCL_DTYPES");
   setenv("RESCCL_DTYPES", "i8,f32", 1);

@@ -96,7 +96,7 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          -g N alone compiles for N ranks)
   --virtual              every rank on GPU 0 (ranks=N): correctness, not speed
   -b S, -e S             smallest and largest size, nccl-tests' size column:
-                         bytes with K, M, G or T (1M, 8G)
+                         bytes with K, M, G or T (1M, 8G, 256MiB)
   -f N, -i S             from one size to the next: times N, or plus S
   -n N, -w N, -c N       timed, warm-up and checked calls per size
   -G N                   time N launches of the -n calls captured in a CUDA
@@ -112,14 +112,16 @@ key=value arguments go to the program: ranks=N, topo=PRESET or topo=FILE.lua
 (a topology file, docs/sim.md), nmicro=N, count=N (elements; by default the
 first multiple of the chunks per block from 4099), dtype=i8|u8|i32|u32|i64|
 u64|f16|f32|f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
-op=sum|prod|max|min|avg, direct=0 (direct sends through the FIFOs too), and
+op=sum|prod|max|min|avg, direct=0|off (direct sends through the FIFOs too), and
 the algorithm's own parameters.
 topology presets: TOPOLOGIES
 
-Scripts run in a sandbox, under RESCCL_BUDGET seconds of CPU (default 120)
-and RESCCL_MEMORY MiB of Lua memory (default 4096).
+Scripts run in a sandbox, under RESCCL_BUDGET of CPU time (default 120 s; a
+bare number is seconds, or 500ms, 90s, 2m, 1h) and RESCCL_MEMORY of Lua memory
+(default 4096 MiB; a bare number is MiB, or 512M, 8GiB).
+Sizes are bytes with K, M, G or T, powers of 1024 (KiB and KB alike).
 exit status: 0 when all that was asked held; 1 an error in the input, or a
-check that failed; 2 a bad command line; 4 out of memory.
+check that failed; 2 a bad command line or setting; 4 out of memory.
 ]]
 
 local STAGES = { dag = true, sched = true, lower = true, tb = true, verify = true }
@@ -131,34 +133,33 @@ local BENCH_INTS = { ["-g"] = 1, ["-f"] = 2, ["-n"] = 1, ["-w"] = 0, ["-c"] = 0,
 -- The options resccl bench passes on to resccl-bench, in this order.
 local BENCH_PASS = { "-b", "-e", "-f", "-i", "-n", "-w", "-c", "-G", "--dtype", "--op", "--nccl" }
 
--- The driver's integer key=value arguments and their ranges (the GPU runtime
+-- The driver's numeric key=value arguments: kind and range (the GPU runtime
 -- takes at most 64 channels and 1024 threads a block).
-local INT_ARGS = {
-  count = { 1, 1 << 40 }, nmicro = { 1, 1 << 20 }, slots = { 1, 1 << 20 }, slot_bytes = { 1, 1 << 30 },
-  timeout_ms = { 1, (1 << 31) - 1 }, ndev = { 1, 1024 }, iters = { 0, 1 << 20 }, threads = { 32, 1024 },
-  channels = { 1, 64 }, direct = { 0, 1 },
+local NUM_ARGS = {
+  count = { "int", 1, 1 << 40 }, nmicro = { "int", 1, 1 << 20 }, slots = { "int", 1, 1 << 20 },
+  slot_bytes = { "size", 1, 1 << 30 }, timeout_ms = { "int", 1, (1 << 31) - 1 }, ndev = { "int", 1, 1024 },
+  iters = { "int", 0, 1 << 20 }, threads = { "int", 32, 1024 }, channels = { "int", 1, 64 }, direct = { "bool" },
 }
 
--- A decimal integer in [lo, hi]; nil and what was expected otherwise.
-local function integer(v, lo, hi)
-  local n = v:match "^%d+$" and math.tointeger(tonumber(v))
-  if n and n >= lo and n <= hi then return n end
-  return nil, ("an integer from %d to %d expected"):format(lo, hi)
+-- v read as setting `name` of this kind and range (core.setting); a usage
+-- error naming it otherwise.
+local function setting(kind, name, v, lo, hi)
+  local n, err = core.setting(kind, name, v, lo, hi)
+  if n == nil then error(err, 0) end
+  return n
 end
 
--- A size (bytes) or an integer of a resccl bench option.
-local function bench_number(flag, v)
-  local n
-  if BENCH_SIZES[flag] then
-    n = require("resccl.sim").parse_size(v)
-    if not n then error(("%s needs a size like 1M or 8G, got '%s'"):format(flag, v), 0) end
-  else
-    n = math.tointeger(tonumber(v))
-    if not n or n < BENCH_INTS[flag] then
-      error(("%s needs an integer >= %d, got '%s'"):format(flag, BENCH_INTS[flag], v), 0)
-    end
-  end
+-- A size (bytes) of resccl sim or resccl bench.
+local function size(flag, v)
+  local n, err = require("resccl.sim").parse_size(v, flag)
+  if not n then error(err, 0) end
   return n
+end
+
+-- A size (bytes) or an integer of a resccl bench option (resccl-bench's ints).
+local function bench_number(flag, v)
+  if BENCH_SIZES[flag] then return size(flag, v) end
+  return setting("int", flag, v, BENCH_INTS[flag], (1 << 31) - 1)
 end
 
 -- The commands that take each option; the others refuse it.
@@ -225,14 +226,13 @@ local function parse(argv)
     elseif a == "-o" or a == "--output" then o.output = file(a)
     elseif a == "--msccl-xml" then o.msccl_xml = file(a)
     elseif a == "--plan" then o.plan = file(a)
-    elseif a == "--size" or a == "--tile" then o[a:sub(3)] = value(a)
-    elseif a == "--sweep" then o.sweep = value(a)
+    elseif a == "--size" or a == "--tile" then o[a:sub(3)] = size(a, value(a))
+    elseif a == "--sweep" then
+      local sizes, err = require("resccl.sim").parse_sweep(value(a), a)
+      o.sweep = sizes or error(err, 0)
     elseif a == "--baseline" then o.baseline = value(a, { msccl = true, nccl = true })
     elseif a == "--channels" or a == "--depth" then
-      local v = value(a)
-      local n, expected = integer(v, 1, a == "--channels" and 64 or 1024)
-      if not n then error(("%s %s: %s"):format(a, v, expected), 0) end
-      o[a:sub(3)] = n
+      o[a:sub(3)] = setting("int", a, value(a), 1, a == "--channels" and 64 or 1024)
     elseif a == "--trace" or a == "--svg" then o[a:sub(3)] = file(a)
     elseif a == "-g" then o.ngpus = bench_number(a, value(a))
     elseif a == "--from" then
@@ -256,11 +256,8 @@ local function parse(argv)
     elseif a:find("=", 1, true) then
       local k, v = a:match "^([%w_]+)=(.*)$"
       if not k then error(("bad argument '%s' (key=value expected)"):format(a), 0) end
-      if INT_ARGS[k] then
-        local n, expected = integer(v, INT_ARGS[k][1], INT_ARGS[k][2])
-        if not n then error(("argument %s=%s: %s"):format(k, v, expected), 0) end
-        v = n
-      end
+      local num = NUM_ARGS[k]
+      if num then v = setting(num[1], "argument " .. k, v, num[2], num[3]) end
       o.args[k] = v
     elseif not o.file then o.file = a
     else error(("unexpected argument '%s'"):format(a), 0) end
@@ -321,7 +318,7 @@ local function exec_args(o, chunks)
     dtype = exec_name("dtype", a.dtype, core.dtype), op = exec_name("op", a.op, core.redop),
     slots = a.slots, slot_bytes = a.slot_bytes, timeout_ms = a.timeout_ms,
     gpu = o.gpu, ndev = a.ndev, iters = a.iters or (o.gpu and 5 or nil),
-    threads = a.threads, channels = a.channels, direct = a.direct ~= 0,
+    threads = a.threads, channels = a.channels, direct = a.direct ~= false,
   }
 end
 
@@ -526,10 +523,8 @@ end
 
 function M.sim(o)
   local sim = require "resccl.sim"
-  local sizes = { sim.parse_size(o.size or sim.SIZE) }
-  if o.sweep then sizes = sim.parse_sweep(o.sweep) or error(("bad --sweep '%s' (A:B, e.g. 1M:8G)"):format(o.sweep), 0)
-  elseif not sizes[1] then error(("bad --size '%s' (e.g. 256M; whole bytes, at most 1024T)"):format(o.size), 0) end
-  local tile = sim.parse_size(o.tile or sim.TILE) or error(("bad --tile '%s' (e.g. 1M)"):format(o.tile), 0)
+  local sizes = o.sweep or { o.size or sim.SIZE }
+  local tile = o.tile or sim.TILE
   local alg, prog, topo = build(o)
   local so = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace or false, order = o.order, ce = o.ce,
     pull = o.pull, channels = o.channels, ours_channels = o.args.channels, tile = tile, depth = o.depth,
@@ -808,6 +803,8 @@ function M.main(argv)
   if cmd == "repl" then return usage_error("'repl' takes no arguments") end -- main.c runs a bare `resccl repl`
   local ok, o = pcall(parse, argv)
   if not ok then return usage_error(o) end
+  local limits_ok, err = pcall(resccl.limits) -- RESCCL_BUDGET, RESCCL_MEMORY: blamed here, not on the script
+  if not limits_ok then return usage_error(err) end
   if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end
   o.argv0 = argv[0]
   return M[cmd](o)

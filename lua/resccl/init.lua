@@ -292,13 +292,21 @@ local spent  -- the error of a spent budget or cap, while the budgeted call unwi
 local memory -- the cap's message while a script runs
 local MEMERR = "not enough memory" -- what Lua raises when an allocation fails
 
-local function setting(name, default, unit)
-  local env = os.getenv(name)
-  local v = tonumber(env or default)
-  if not v or v <= 0 or v ~= v or v == math.huge then
-    error(("%s=%s: not a number of %s above 0"):format(name, env, unit), 0)
+--- The budget and the cap: RESCCL_BUDGET (a duration, a bare number in
+--- seconds) and RESCCL_MEMORY (a size, a bare number in MiB), each its
+--- default where unset or empty; read by core.setting, and an error naming
+--- the variable where it is bad.
+---@return number seconds, integer bytes
+function M.limits()
+  local function get(kind, name, default, lo, hi, unit)
+    local text = os.getenv(name)
+    if text == nil or text == "" then return default end
+    local v, err = core.setting(kind, name, text, lo, hi, unit)
+    if v == nil then error(err, 0) end
+    return v
   end
-  return v
+  return get("duration", "RESCCL_BUDGET", 120, 0.001, 1e9, 1),
+    get("size", "RESCCL_MEMORY", 4096 << 20, 1, 1 << 50, 1 << 20)
 end
 
 -- After a protected call: a memory error spends the cap (nothing is
@@ -331,8 +339,8 @@ end
 
 local function budgeted(where, fn, ...)
   if depth > 0 then return fn(...) end -- already under the outer call's budget and cap
-  local budget = setting("RESCCL_BUDGET", 120, "seconds")
-  local mib = setting("RESCCL_MEMORY", 4096, "MiB")
+  local budget, bytes = M.limits()
+  local mib = bytes / 1048576
   memory = ("%s: script ran out of memory (RESCCL_MEMORY caps it at %g MiB)"):format(where, mib)
   local t0 = os.clock()
   where_, mib_, hook_, mask_, count_ = where, mib, debug.gethook()
@@ -348,7 +356,7 @@ local function budgeted(where, fn, ...)
   end, "", 1000)
   core.alarm(budget + 1, ("resccl: %s: script exceeded its budget of %g s (in a library function)\n"):format(
     where, budget))
-  core.memory_cap(mib * 1048576)
+  core.memory_cap(bytes)
   -- The library's buffers (string.rep, table.concat) fail at the cap with no
   -- collection first: the generational collector frees young garbage soon.
   collectgarbage "generational"

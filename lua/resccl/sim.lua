@@ -10,6 +10,7 @@
 -- MSCCL model keeps our schedule's order, so that it differs from ours only
 -- in what the runtime does (TBs, execution order, channels, interpreter).
 local resccl = require "resccl"
+local core = require "resccl.core"
 local output = require "resccl.output"
 
 local M = {}
@@ -33,16 +34,13 @@ M.MSCCL_SLOWDOWN = 1 - 1 / 1.171
 M.MAX_SIZE = 1 << 50
 M.MAX_TILES = 1 << 20
 
---- Parse "256M", "1G", "4096", "1.5K" (powers of 1024, like nccl-tests):
---- whole bytes from 1 to MAX_SIZE.
+--- Parse a size: "256M", "256MiB", "4096", "1.5K" (src/setting.c: K, M, G and
+--- T are powers of 1024, like nccl-tests'): whole bytes from 1 to MAX_SIZE.
 ---@param s string
----@return integer|nil bytes
-function M.parse_size(s)
-  local num, unit = tostring(s):match "^(%d+%.?%d*)([KkMmGgTt]?)[Bb]?$"
-  if not num then return nil end
-  local mul = ({ [""] = 1, k = 1 << 10, m = 1 << 20, g = 1 << 30, t = 1 << 40 })[unit:lower()]
-  local v = tonumber(num) * (mul + 0.0) -- in floats, which do not wrap around
-  return v >= 1 and v <= M.MAX_SIZE and math.tointeger(v) or nil
+---@param name string|nil what the message calls it (default "size")
+---@return integer|nil bytes, string|nil message
+function M.parse_size(s, name)
+  return core.setting("size", name or "size", tostring(s), 1, M.MAX_SIZE)
 end
 
 --- "256 MiB" style, for tables.
@@ -56,11 +54,17 @@ function M.fmt_size(b)
   return ("%d B"):format(b)
 end
 
---- Powers of two from a to b ("1M:8G").
-function M.parse_sweep(s)
+--- Powers of two from a to b ("1M:8G"), or nil and a message.
+---@param name string|nil what the message calls it (default "sweep")
+function M.parse_sweep(s, name)
+  name = name or "sweep"
   local a, b = tostring(s):match "^([^:]+):([^:]+)$"
-  a, b = a and M.parse_size(a), b and M.parse_size(b)
-  if not a or not b or a > b then return nil end
+  if not a then return nil, ("%s %s: not A:B (e.g. 1M:8G)"):format(name, s) end
+  local err
+  a, err = M.parse_size(a, name)
+  if a then b, err = M.parse_size(b, name) end
+  if not b then return nil, err end
+  if a > b then return nil, ("%s %s: %s is larger than %s"):format(name, s, M.fmt_size(a), M.fmt_size(b)) end
   local sizes, v = {}, a
   while v <= b do
     sizes[#sizes + 1] = v

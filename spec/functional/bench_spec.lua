@@ -4,12 +4,14 @@ local h = require "helper"
 describe("resccl bench", function()
   -- arguments after "bench", exact message (after "resccl: ")
   local usage = {
-    { { "algorithms/allreduce_ring.lua", "-g", "2", "-b", "1X" }, "-b needs a size like 1M or 8G, got '1X'" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-b", "1X" }, "-b 1X: not a size (examples: 64, 64K, 1MiB, 2G)" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-e", "16777216T" }, "-e 16777216T: out of range (1B to 1024TiB)" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "-b", "8G", "-e", "1M" },
       "-b 8589934592 is larger than -e 1048576" },
-    { { "algorithms/allreduce_ring.lua", "-g", "0" }, "-g needs an integer >= 1, got '0'" },
-    { { "algorithms/allreduce_ring.lua", "-g", "2", "-f", "1" }, "-f needs an integer >= 2, got '1'" },
-    { { "algorithms/allreduce_ring.lua", "-g", "2", "-G", "-1" }, "-G needs an integer >= 0, got '-1'" },
+    { { "algorithms/allreduce_ring.lua", "-g", "0" }, "-g 0: out of range (1 to 2147483647)" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-f", "1" }, "-f 1: out of range (2 to 2147483647)" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-G", "-1" }, "-G -1: out of range (0 to 2147483647)" },
+    { { "algorithms/allreduce_ring.lua", "-g", "2", "-n", "1e3" }, "-n 1e3: not an integer" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "--op", "mean" },
       "--op mean: sum, prod, max, min or avg expected" },
     { { "algorithms/allreduce_ring.lua", "-g", "2", "--dtype", "f17" },

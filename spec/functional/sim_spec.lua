@@ -161,12 +161,22 @@ describe("resccl sim", function()
   end)
 
   it("names bad sizes, baselines and unreachable topologies", function()
-    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "lots" }
-    assert.equal(1, code)
-    assert.equal("resccl: bad --size 'lots' (e.g. 256M; whole bytes, at most 1024T)\n", err)
-    code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "99999999999999999999" }
-    assert.equal(1, code)
-    assert.equal("resccl: bad --size '99999999999999999999' (e.g. 256M; whole bytes, at most 1024T)\n", err)
+    for _, c in ipairs {
+      { { "--size", "lots" }, "--size lots: not a size (examples: 64, 64K, 1MiB, 2G)" },
+      { { "--size", "99999999999999999999" }, "--size 99999999999999999999: out of range (1B to 1024TiB)" },
+      { { "--tile", "1.5" }, "--tile 1.5: not a whole number of bytes" },
+      { { "--sweep", "1M:1X" }, "--sweep 1X: not a size (examples: 64, 64K, 1MiB, 2G)" },
+      { { "--sweep", "4M:1M" }, "--sweep 4M:1M: 4 MiB is larger than 1 MiB" },
+      { { "--sweep", "4M" }, "--sweep 4M: not A:B (e.g. 1M:8G)" },
+    } do
+      local args = { "sim", "algorithms/allgather_ring.lua", "ranks=4", c[1][1], c[1][2] }
+      local code, _, err = h.cli(args)
+      assert.equal(2, code, c[2])
+      assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
+    end
+    local code, out = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--size", "256 MiB", "--json" }
+    assert.equal(0, code)
+    assert.matches('"size_bytes":268435456', out)
     code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=4", "--baseline", "rccl" }
     assert.equal(2, code)
     assert.matches("%-%-baseline needs msccl|nccl", err)

@@ -571,3 +571,36 @@ describe("lowering", function()
     assert.same({ rcs = 4 }, fused(always:dump "lower"))
   end)
 end)
+
+describe("core.setting", function()
+  it("reads each kind strictly, in its range, and names the setting where it refuses", function()
+    assert.equal(256 << 20, core.setting("size", "S", "256MiB"))
+    assert.equal("integer", math.type(core.setting("size", "S", "1.5K")))
+    assert.equal(64 << 20, core.setting("size", "RESCCL_MEMORY", "64", 1, 1 << 50, 1 << 20))
+    assert.equal(-3, core.setting("int", "N", "-3"))
+    assert.equal(0.5, core.setting("duration", "T", "500ms"))
+    assert.equal(0.25, core.setting("duration", "T", "250", 0, 10, 0.001))
+    assert.equal(1.5, core.setting("real", "R", "1.5"))
+    assert.is_false(core.setting("bool", "B", "off"))
+    assert.is_true(core.setting("bool", "B", "Yes"))
+    assert.equal(64, core.setting("int", "N", "64", 0, 1024, nil, 32))
+    for _, c in ipairs {
+      { { "duration", "RESCCL_TIMEOUT", "abc" }, "RESCCL_TIMEOUT=abc: not a duration (examples: 30, 30s, 500ms, 2m)" },
+      { { "size", "S", "4294971392", 4096, 1 << 30 }, "S=4294971392: out of range (4KiB to 1GiB)" },
+      { { "size", "S", "-1" }, "S=-1: not a size (examples: 64, 64K, 1MiB, 2G)" },
+      { { "int", "N", "99999999999999999999" }, "N=99999999999999999999: out of range " ..
+        "(-9007199254740992 to 9007199254740992)" },
+      { { "int", "--depth", "0x10" }, "--depth 0x10: not an integer" },
+      { { "real", "R", "nan" }, "R=nan: not a number" },
+      { { "real", "R", "1e999" }, "R=1e999: out of range (-1.79769e+308 to 1.79769e+308)" },
+      { { "int", "N", "48", 0, 1024, nil, 32 }, "N=48: not a multiple of 32" },
+      { { "bool", "B", "maybe" }, "B=maybe: not a boolean (1/0, true/false, yes/no, on/off)" },
+    } do
+      assert.same({ nil, c[2] }, { core.setting(table.unpack(c[1], 1, 7)) })
+    end
+    -- the caller's mistakes are errors, not a refused value
+    assert.matches("invalid option 'float'", h.pcall_err(core.setting, "float", "X", "1"))
+    assert.matches("beyond the kind's range", h.pcall_err(core.setting, "size", "X", "1", -1))
+    assert.matches("not a unit", h.pcall_err(core.setting, "size", "X", "1", 0, 10, 0.5))
+  end)
+end)

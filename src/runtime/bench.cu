@@ -17,9 +17,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
-#include <ctype.h>
 #include <dlfcn.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "resccl.h"
+#include "../setting.h"
 
 #define SKIPPED 77
 
@@ -133,21 +134,22 @@ static void usage_error(const char *fmt, ...) {
   exit(2);
 }
 
+/* An integer from lo (src/setting.c). */
 static long parse_int(const char *flag, const char *v, long lo) {
-  char *end;
-  long n = strtol(v, &end, 10);
-  if (end == v || *end || n < lo) usage_error("%s needs an integer >= %ld, got '%s'", flag, lo, v);
-  return n;
+  const Setting s = {SET_INT, (double)lo, INT_MAX, 0, 0};
+  double x;
+  char err[SETTING_ERR];
+  if (setting_parse(flag, v, &s, &x, err)) usage_error("%s", err);
+  return (long)x;
 }
 
-/* nccl-tests' sizes: bytes with an optional K, M, G or T (powers of 1024). */
+/* nccl-tests' sizes: bytes with an optional K, M, G or T (powers of 1024; KiB and KB too, src/setting.c). */
 static size_t parse_size(const char *flag, const char *v) {
-  char *end;
-  unsigned long long n = strtoull(v, &end, 10);
-  const char *units = "KMGT", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-  if (u) n <<= 10 * (u - units + 1), end++;
-  if (end == v || *v == '-' || *end || n == 0) usage_error("%s needs a size like 1M or 8G, got '%s'", flag, v);
-  return n;
+  const Setting s = {SET_SIZE, 1, (double)((size_t)1 << 50), 0, 0};
+  double x;
+  char err[SETTING_ERR];
+  if (setting_parse(flag, v, &s, &x, err)) usage_error("%s", err);
+  return (size_t)x;
 }
 
 static int lookup(const char *flag, const char *v, const char *const *names, int n) {

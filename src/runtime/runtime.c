@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -26,6 +27,7 @@
 
 #include "group.h"
 #include "runtime.h"
+#include "../setting.h"
 #include "../../kernels-templates/cuda_abi.h"
 #include "../../kernels-templates/tile.h"
 
@@ -191,22 +193,36 @@ struct resccl_comm {
 
 /* ------------------------------------------------------------ init */
 
-static int env_int(const char *name, int dflt) {
-  const char *v = getenv(name);
-  return v && *v ? atoi(v) : dflt;
-}
+/* RtConf's settings, each a variable of a kind and range (setting.h):
+   rt_conf_env reads them, and rt_plan_load checks every RtConf against them
+   wherever its values came from (job.c's, from resccl run's arguments). */
+enum { NCHANNELS, SLICES, THREADS, SLOTS, SLOT_BYTES, TILE_BYTES, NMICRO, DIRECT, TIMEOUT, CE_FROM, PULL_FROM,
+       PULL_BELOW, NVARS };
+static const struct {
+  const char *name;
+  Setting s;
+} vars[NVARS] = {
+    [NCHANNELS] = {"RESCCL_NCHANNELS", {SET_INT, 0, 64}},
+    [SLICES] = {"RESCCL_SLICES", {SET_INT, 0, 16}},
+    [THREADS] = {"RESCCL_THREADS", {SET_INT, 0, 1024, 0, 32}},
+    [SLOTS] = {"RESCCL_SLOTS", {SET_INT, 1, INT_MAX}},
+    [SLOT_BYTES] = {"RESCCL_SLOT_BYTES", {SET_SIZE, 4096, 1 << 30, 0, 16}},
+    [TILE_BYTES] = {"RESCCL_TILE_BYTES", {SET_SIZE, 4096, 0x1p40}},
+    [NMICRO] = {"RESCCL_NMICRO", {SET_INT, 0, INT_MAX}},
+    [DIRECT] = {"RESCCL_DIRECT", {SET_BOOL, 0, 1}},
+    [TIMEOUT] = {"RESCCL_TIMEOUT", {SET_DURATION, 0, 1e9}}, /* a bare number counts seconds */
+    [CE_FROM] = {"RESCCL_CE_FROM", {SET_SIZE, 0, 0x1p53}},
+    [PULL_FROM] = {"RESCCL_PULL_FROM", {SET_SIZE, 0, 0x1p53}},
+    [PULL_BELOW] = {"RESCCL_PULL_BELOW", {SET_SIZE, 0, 0x1p53}},
+};
 
-/* A size in bytes, or with K, M or G; anything else names itself in *bad (refused at plan load). */
-static size_t env_size(const char *name, size_t dflt, const char **bad) {
-  const char *v = getenv(name);
-  char *end = NULL;
-  size_t n = v && *v ? strtoull(v, &end, 10) : dflt;
-  if (end && *end) {
-    int sh = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
-    if (sh < 0 || end[1] || end == v) return *bad = name, 0;
-    n <<= sh;
-  }
-  return n;
+/* Variable v into *x where it is set and not empty (else *x stays); refused with its message where it is bad. */
+static resccl_result_t env_get(int v, double *x) {
+  const char *text = getenv(vars[v].name);
+  char err[SETTING_ERR];
+  if (text && *text && setting_parse(vars[v].name, text, &vars[v].s, x, err))
+    return rt_fail(resccl_invalid_argument, "%s", err);
+  return resccl_success;
 }
 
 /* Element sizes and names (resccl's CLI's); the kernel's dtype and op codes are the API's (cuda_abi.h). */
@@ -214,53 +230,63 @@ static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2
 static const char *const dtype_name[resccl_num_types] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
 
 /* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0
-   (and *bad set) when it names one that is not. */
-static unsigned env_dtypes(const char *v, const char **bad) {
+   where it names one that is not. */
+static unsigned env_dtypes(const char *v) {
   unsigned m = 0;
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
     int d = 0;
     while (d < resccl_num_types && !(strlen(dtype_name[d]) == n && !strncmp(p, dtype_name[d], n))) d++;
-    if (d == resccl_num_types) return *bad = v, 0;
+    if (d == resccl_num_types) return 0;
     m |= 1u << d, p += n + (p[n] == ',');
   }
   return m;
 }
 
-void rt_conf_env(RtConf *c) {
-  c->nchan = env_int("RESCCL_NCHANNELS", 0);
-  c->slices = env_int("RESCCL_SLICES", RX_SLICES);
-  c->threads = env_int("RESCCL_THREADS", RT_THREADS);
-  c->nslots = env_int("RESCCL_SLOTS", 4);
+resccl_result_t rt_conf_env(RtConf *c) {
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
-     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md). */
-  c->slot_bytes = (size_t)env_int("RESCCL_SLOT_BYTES", (int)RX_SLOT_BYTES);
-  c->tile_bytes = (size_t)env_int("RESCCL_TILE_BYTES", (int)RX_TILE_BYTES);
-  c->nmicro = env_int("RESCCL_NMICRO", 0);
-  c->direct = env_int("RESCCL_DIRECT", 1);
-  /* Copy-engine forms from 64 MiB, and from 16 MiB where they leave no
+     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md).
+     Copy-engine forms from 64 MiB, and from 16 MiB where they leave no
      block (a two-rank all-gather, an all-to-all): on 2xH200, once their
      calls were queued by events, those moved 1.31-1.54x NCCL's busbw at
      16-32 MiB with no block, launched one by one and in CUDA graphs, and
-     less than NCCL's 1.2x below (BENCHMARKS.md). RESCCL_CE_FROM sets both. */
-  c->bad_size = NULL;
-  c->ce_from = env_size("RESCCL_CE_FROM", (size_t)64 << 20, &c->bad_size);
-  c->ce_from_blockless = env_size("RESCCL_CE_FROM", (size_t)16 << 20, &c->bad_size);
-  /* On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
+     less than NCCL's 1.2x below (BENCHMARKS.md). RESCCL_CE_FROM sets both.
+     On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
      from 4 to 64 MiB and about as much at 128 MiB. Once the end of a pulling
      call cost less, pulls took 10-18% less time than pushes at 1-2 MiB
      (all-reduce), 9% less to 1% more (reduce-scatter) (BENCHMARKS.md). */
-  c->pull_from = env_size("RESCCL_PULL_FROM", (size_t)1 << 20, &c->bad_size);
-  c->pull_below = env_size("RESCCL_PULL_BELOW", (size_t)128 << 20, &c->bad_size);
-  const char *t = getenv("RESCCL_TIMEOUT");
-  c->timeout_s = t && *t ? atof(t) : 60;
-  if (!isfinite(c->timeout_s)) c->timeout_s = -1; /* refused at load, as a negative one */
+  double x[NVARS] = {[SLICES] = RX_SLICES, [THREADS] = RT_THREADS, [SLOTS] = 4, [SLOT_BYTES] = RX_SLOT_BYTES,
+                     [TILE_BYTES] = RX_TILE_BYTES, [DIRECT] = 1, [TIMEOUT] = 60, [CE_FROM] = -1,
+                     [PULL_FROM] = 1 << 20, [PULL_BELOW] = 128 << 20};
+  for (int v = 0; v < NVARS; v++) TRY(env_get(v, &x[v]));
+  *c = (RtConf){.nchan = (int)x[NCHANNELS], .slices = (int)x[SLICES], .threads = (int)x[THREADS],
+                .nslots = (int)x[SLOTS], .slot_bytes = (size_t)x[SLOT_BYTES], .tile_bytes = (size_t)x[TILE_BYTES],
+                .nmicro = (int)x[NMICRO], .direct = (int)x[DIRECT], .timeout_s = x[TIMEOUT],
+                .ce_from = x[CE_FROM] < 0 ? (size_t)64 << 20 : (size_t)x[CE_FROM],
+                .ce_from_blockless = x[CE_FROM] < 0 ? (size_t)16 << 20 : (size_t)x[CE_FROM],
+                .pull_from = (size_t)x[PULL_FROM], .pull_below = (size_t)x[PULL_BELOW]};
   c->trace = getenv("RESCCL_TRACE");
   if (c->trace && !*c->trace) c->trace = NULL;
   const char *d = getenv("RESCCL_DTYPES");
-  c->bad_dtypes = NULL;
-  c->dtypes = d && *d ? env_dtypes(d, &c->bad_dtypes) : 0;
+  if (d && *d && !(c->dtypes = env_dtypes(d))) {
+    char shown[48];
+    snprintf(shown, sizeof shown, "%.40s%s", d, strlen(d) > 40 ? "..." : "");
+    return rt_fail(resccl_invalid_argument, "RESCCL_DTYPES=%s: not a list of dtypes (i8,u8,i32,u32,i64,u64,f16,f32,"
+                   "f64,bf16, separated by commas)", shown);
+  }
+  return resccl_success;
+}
+
+/* Every setting of c in its variable's range (rt_conf_env's are already). */
+static resccl_result_t conf_check(const RtConf *c) {
+  const double x[NVARS] = {c->nchan, c->slices, c->threads, c->nslots, (double)c->slot_bytes, (double)c->tile_bytes,
+                           c->nmicro, c->direct, c->timeout_s, (double)c->ce_from, (double)c->pull_from,
+                           (double)c->pull_below};
+  char err[SETTING_ERR];
+  for (int v = 0; v < NVARS; v++)
+    if (setting_check(vars[v].name, x[v], &vars[v].s, err)) return rt_fail(resccl_invalid_argument, "%s", err);
+  return resccl_success;
 }
 
 /* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
@@ -630,19 +656,7 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   if (comm->g->open.n)
     return rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
                    "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
-  if (conf->nchan < 0 || conf->nchan > 64 || conf->slices < 0 || conf->slices > 16 || conf->threads < 0 || conf->threads > 1024 || conf->threads % 32 ||
-      conf->nslots < 1 || conf->slot_bytes < 4096 || conf->slot_bytes % 16 || conf->slot_bytes > (1u << 30) ||
-      conf->tile_bytes < 4096 || conf->tile_bytes > ((size_t)1 << 40) || conf->nmicro < 0 || conf->timeout_s < 0 ||
-      conf->timeout_s > 1e9 ||
-      (conf->direct != 0 && conf->direct != 1))
-    return rt_fail(resccl_invalid_argument, "resccl_plan_load: bad settings (RESCCL_NCHANNELS 0..64, RESCCL_SLICES 0..16, RESCCL_THREADS "
-                   "0 or a multiple of 32 up to 1024, RESCCL_SLOTS >= 1, RESCCL_SLOT_BYTES a multiple of 16 from 4096, "
-                   "RESCCL_TILE_BYTES from 4096 to 2^40, RESCCL_NMICRO >= 0, RESCCL_DIRECT 0 or 1, RESCCL_TIMEOUT from 0 to 1e9)");
-  if (conf->bad_size)
-    return rt_fail(resccl_invalid_argument, "resccl_plan_load: %s is not a size (bytes, or with K, M or G)", conf->bad_size);
-  if (conf->bad_dtypes)
-    return rt_fail(resccl_invalid_argument, "resccl_plan_load: RESCCL_DTYPES=%s: not a list of dtypes (i8,u8,i32,u32,i64,"
-                   "u64,f16,f32,f64,bf16, separated by commas)", conf->bad_dtypes);
+  TRY(conf_check(conf));
   int dev = -1;
   cudaGetDevice(&dev);
   resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
@@ -768,7 +782,7 @@ resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
 
 resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes) {
   RtConf c;
-  rt_conf_env(&c);
+  TRY(rt_conf_env(&c));
   return rt_plan_load(comm, path, &c, min_bytes, max_bytes);
 }
 

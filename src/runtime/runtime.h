@@ -28,17 +28,15 @@ typedef struct {
   size_t ce_from_blockless; /* the same for a copy-engine form with no block */
   size_t pull_from, pull_below; /* calls from pull_from bytes and below pull_below run a placement's pulling form,
                                    where the plan has one (and direct) and its copy-engine form does not run them */
-  const char *bad_size; /* the RESCCL_CE_FROM or RESCCL_PULL_* that was not a size (bytes, or with K, M or G), or
-                           NULL: loading refuses */
   unsigned dtypes;    /* the dtypes the kernels can reduce, a bit per resccl_datatype_t; 0: every one */
-  const char *bad_dtypes; /* RESCCL_DTYPES when it names something not a dtype: loading refuses */
   const char *trace;  /* RESCCL_TRACE: the file for the blocks' events of a plan's last call, or NULL */
 } RtConf;
 
 /* RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_THREADS, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO,
-   RESCCL_DIRECT, RESCCL_TIMEOUT (seconds), RESCCL_CE_FROM, RESCCL_PULL_FROM and RESCCL_PULL_BELOW (bytes), RESCCL_TRACE,
-   RESCCL_DTYPES (f32,bf16,...). */
-void rt_conf_env(RtConf *c);
+   RESCCL_DIRECT, RESCCL_TIMEOUT, RESCCL_CE_FROM, RESCCL_PULL_FROM, RESCCL_PULL_BELOW, RESCCL_TRACE and RESCCL_DTYPES
+   into c (src/setting.c reads them; docs/runtime.md lists them), the defaults where unset or empty; a bad one
+   fails with resccl_invalid_argument and `NAME=value: what is wrong`. */
+resccl_result_t rt_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads`, reducing `dtypes` (RtConf.dtypes) (NVRTC,
