@@ -64,6 +64,7 @@ void buf_add(Buf *b, const char *s, size_t n);
 void buf_puts(Buf *b, const char *s);
 void buf_printf(Buf *b, const char *fmt, ...);
 void buf_int(Buf *b, long v); /* decimal, no printf: the emitter's hot path */
+void buf_comment(Buf *b, const char *s); /* s as C comment text: ends nothing, opens nothing */
 
 /* Growable array of any element: VEC_PUSH(p, n, cap, value). */
 #define VEC_PUSH(p, n, cap, v)                                   \
@@ -136,6 +137,7 @@ typedef struct {
 
 Program *prog_new(const char *name, Coll coll, int nranks, int gpn, int chunks);
 void prog_free(Program *p);
+int prog_name_ok(const char *s, size_t n); /* [A-Za-z0-9_][A-Za-z0-9_.+-]*, 1..63 bytes */
 int prog_file(Program *p, const char *file);   /* intern a file name */
 const char *prog_where(const Program *p, Src at, char *out, size_t n); /* "file:line" */
 int prog_bufchunks(const Program *p, int buf); /* chunks per rank in buffer */

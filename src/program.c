@@ -30,6 +30,19 @@ int buf_parse(const char *s) {
   return -1;
 }
 
+/* A program's name: one word of 1..63 bytes, [A-Za-z0-9_][A-Za-z0-9_.+-]*,
+   as plan files and libresccl read it. It reaches the emitted code and
+   the plan file, so nothing else is taken. */
+int prog_name_ok(const char *s, size_t n) {
+  if (n < 1 || n > 63) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    int word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!word && (i == 0 || (c != '.' && c != '+' && c != '-'))) return 0;
+  }
+  return 1;
+}
+
 Program *prog_new(const char *name, Coll coll, int nranks, int gpn, int chunks) {
   Program *p = xcalloc(1, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
