@@ -13,11 +13,32 @@ local M = { version = core.version, core = core }
 
 local COLLECTIVES = { allgather = true, reducescatter = true, allreduce = true, alltoall = true }
 
--- Registration keys and the type each must have.
+local function isint(v) return math.type(v) == "integer" end
+
+-- An algorithm's name: one word, as plan files and libresccl read it (the
+-- core checks it again, src/program.c prog_name_ok).
+local NAME_RULE = "1 to 63 letters, digits and '_.+-', not starting with '.+-'"
+local function name_ok(s)
+  return #s <= 63 and s:match "^[A-Za-z0-9_][A-Za-z0-9_.+-]*$" ~= nil
+end
+
+-- A number key's check: an integer in [lo, hi]; nil, or what is expected.
+local function range(lo, hi)
+  return function(v)
+    if type(v) == "number" and not (isint(v) and v >= lo and v <= hi) then
+      return ("an integer from %d to %d"):format(lo, hi)
+    end
+  end
+end
+
+-- Registration keys: the type each must have, and for some a check of the
+-- value (nil when it holds, else what is expected). Ranks and chunks per
+-- block as core.program takes them.
 local KEYS = {
-  name = "string", collective = "string", build = "function", description = "string",
-  params = "table", chunks = "number|function", inplace = "boolean", supports = "function",
-  ranks = "number",
+  name = { "string", function(v) if not name_ok(v) then return NAME_RULE end end },
+  collective = { "string" }, build = { "function" }, description = { "string" }, params = { "table" },
+  chunks = { "number|function", range(1, 65536) }, inplace = { "boolean" }, supports = { "function" },
+  ranks = { "number", range(1, 1024) },
 }
 
 -- Arguments that belong to the driver, not to the algorithm.
@@ -36,8 +57,6 @@ local function typeok(v, spec)
   end
   return false
 end
-
-local function isint(v) return math.type(v) == "integer" end
 
 -- Each class keeps its methods apart from its metatable, so that no field
 -- of an instance a script holds (x.__index) leads to what every script shares.
@@ -92,8 +111,12 @@ function M.algorithm(def)
       table.sort(known)
       fail(("unknown key '%s' in resccl.algorithm{} (known: %s)"):format(tostring(k), table.concat(known, ", ")))
     end
-    if not typeok(v, spec) then
-      fail(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)))
+    if not typeok(v, spec[1]) then
+      fail(("key '%s' must be a %s, got %s"):format(k, spec[1]:gsub("|", " or "), type(v)))
+    end
+    local expected = spec[2] and spec[2](v)
+    if expected then
+      fail(("key '%s' must be %s%s"):format(k, expected, type(v) == "number" and ", got " .. tostring(v) or ""))
     end
     alg[k] = v
   end
@@ -142,23 +165,36 @@ end
 local Builder = {}
 local BuilderMT = { __index = Builder }
 
+-- What a builder records into, out of the script's reach: the core Program
+-- and the builder's progress (see state()). Keyed by the builder.
+local private = setmetatable({}, { __mode = "k" })
+
+-- The builder's private state; an error at the script's line (level) when
+-- `a` is no builder, or one whose program is not being built yet.
+local function state(a, level)
+  local s = private[a]
+  if not s then error("a builder records transfers only while its algorithm's build runs", level + 1) end
+  return s
+end
+
 -- The buffer the paper's single data buffer maps to, per collective.
 local DATA = { allgather = "output", allreduce = "output", reducescatter = "scratch" }
 
 -- Placement copies for the paper's style, recorded once before the first
 -- transfer: the input enters the data buffer (a self-copy, dropped, when the
 -- call is in-place), and for reduce-scatter the result leaves it at the end.
-function Builder:_prologue()
-  self._data = DATA[self.collective]
-  if not self._data then
-    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. self.collective, 3)
+-- Called by Builder:transfer: the script's line is 3 levels up.
+local function prologue(a, s)
+  s.data = DATA[a.collective]
+  if not s.data then
+    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. a.collective, 3)
   end
-  self._paper = true
-  local p, R, C = self._prog, self.ranks, self.chunks
+  s.paper = true
+  local p, R, C = s.prog, a.ranks, a.chunks
   for r = 0, R - 1 do
-    if self.collective == "allgather" then
+    if a.collective == "allgather" then
       p:xfer(r, "input", 0, r, "output", r * C, C, "copy", FIRST_STEP, 3)
-    elseif self.collective == "allreduce" then
+    elseif a.collective == "allreduce" then
       p:xfer(r, "input", 0, r, "output", 0, C, "copy", FIRST_STEP, 3)
     else
       p:xfer(r, "input", 0, r, "scratch", 0, R * C, "copy", FIRST_STEP, 3)
@@ -176,9 +212,10 @@ end
 --- dst at `step`; "recv" copies, "rrc" reduces into the destination.
 --- (Arguments are checked in C: large programs record millions of these.)
 function Builder:transfer(src, dst, step, chunk, kind)
-  if not self._paper then self:_prologue() end
-  self._prog:transfer(src, dst, step, chunk, kind, self._data)
-  self._step = step
+  local s = state(self, 2)
+  if not s.paper then prologue(self, s) end
+  s.prog:transfer(src, dst, step, chunk, kind, s.data)
+  s.step = step
 end
 
 local Ref = {}
@@ -216,7 +253,7 @@ local PLACE = { sendtb = 1023, recvtb = 1023, ch = 1023, sendstep = (1 << 20) - 
 -- Manual placement, as MSCCLang's sendtb/recvtb/ch: record where the sending
 -- and receiving ranks run this transfer. Steps default to the next free step
 -- of that TB, in record order. Used by --tb manual.
-local function place(a, fn, first, n, src, dst, at)
+local function place(s, fn, first, n, src, dst, at)
   if at == nil then return end
   if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
   for k, v in pairs(at) do
@@ -228,18 +265,18 @@ local function place(a, fn, first, n, src, dst, at)
   if at.sendtb == nil or (src ~= dst and at.recvtb == nil) then
     error(("placement needs sendtb%s"):format(src ~= dst and " and recvtb" or ""), 3)
   end
-  local steps = a._tbsteps
+  local steps = s.tbsteps
   local function step(rank, tb, explicit)
     local key = rank * 65536 + tb
-    local s = explicit or steps[key] or 0
-    if s > PLACE.sendstep then error(("rank %d tb %d: more than %d steps"):format(rank, tb, PLACE.sendstep + 1), 4) end
-    steps[key] = math.max(steps[key] or 0, s + 1)
-    return s
+    local k = explicit or steps[key] or 0
+    if k > PLACE.sendstep then error(("rank %d tb %d: more than %d steps"):format(rank, tb, PLACE.sendstep + 1), 4) end
+    steps[key] = math.max(steps[key] or 0, k + 1)
+    return k
   end
   for i = first, first + n - 1 do
     local ss = step(src, at.sendtb, at.sendstep)
     local rs = src == dst and ss or step(dst, at.recvtb, at.recvstep)
-    a._prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
+    s.prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
   end
 end
 
@@ -252,8 +289,9 @@ function Ref:copy(rank, buf, index, at)
   index = index or self.index
   checkint("copy", 3, index)
   local a = self.a
-  local first, n = a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
-  place(a, "copy", first, n, self.rank, rank, at)
+  local s = state(a, 2)
+  local first, n = s.prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", s.step, 2)
+  place(s, "copy", first, n, self.rank, rank, at)
   return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, RefMT)
 end
 
@@ -262,15 +300,19 @@ function Ref:reduce(other, at)
   if getmetatable(other) ~= RefMT then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
   if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
   local a = self.a
-  local first, n = a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
-    "reduce", a._step, 2)
-  place(a, "reduce", first, n, other.rank, self.rank, at)
+  local s = state(a, 2)
+  local first, n = s.prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
+    "reduce", s.step, 2)
+  place(s, "reduce", first, n, other.rank, self.rank, at)
   return self
 end
 
---- The Program being built, for importers that record transfers themselves
---- (prog:xfer with "file:line" positions, prog:hint with the file's TBs).
-function Builder:program() return self._prog end
+--- The Program a builder records into, for resccl's importers, which record
+--- transfers themselves (prog:xfer with their input's "file:line", prog:hint
+--- with its TBs). Not in the sandbox: a script holds no core object.
+---@param a table a builder, while its algorithm's build runs
+---@return userdata program
+function M.builder_program(a) return state(a, 2).prog end
 
 --- Topology helpers: node of a rank, its index inside the node, and back.
 function Builder:node(rank) return rank // self.gpn end
@@ -417,7 +459,7 @@ local function program(self, args)
   local ranks = t.ranks -- the script gets t as a.topo
   local a = setmetatable({
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
-    collective = self.collective, name = self.name, _step = 0, _tbsteps = {},
+    collective = self.collective, name = self.name,
   }, BuilderMT)
   if self.supports then
     local ok, why = self.supports(a)
@@ -439,9 +481,11 @@ local function program(self, args)
     file = self.file, line = self.line, max_transfers = math.max(1, math.floor(mib_ * 2048)),
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
-  a._prog = prog
+  local s = { prog = prog, step = 0, tbsteps = {} }
+  private[a] = s
   self.build(a)
-  if rawget(a, "_paper") and self.collective == "reducescatter" then
+  private[a] = nil -- a builder the script kept records no more
+  if s.paper and self.collective == "reducescatter" then
     for r = 0, ranks - 1 do
       prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
     end
@@ -467,7 +511,16 @@ local SAFE = {
   "assert", "error", "ipairs", "next", "pairs", "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber",
   "tostring", "type",
 }
-local LIBS = { "math", "string", "table", "utf8" }
+-- No string.dump: a script has no load to run bytecode with, and needs no
+-- bytecode of its own. String methods reach the library through the
+-- metatable every string shares, so that leads to this copy too; the
+-- host's string.dump stays.
+local STRING = {}
+for k, v in pairs(string) do
+  if k ~= "dump" then STRING[k] = v end
+end
+getmetatable("").__index = STRING
+local LIBS = { math = math, string = STRING, table = table, utf8 = utf8 }
 
 -- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch
 -- (nor is an xpcall handler run for it: it would run with no hook).
@@ -495,9 +548,9 @@ local function sandbox(path)
     io.stderr:write(path, ": ", table.concat(parts, "\t", 1, parts.n), "\n")
   end
   for _, k in ipairs(SAFE) do env[k] = _G[k] end
-  for _, lib in ipairs(LIBS) do
-    env[lib] = {}
-    for k, v in pairs(_G[lib]) do env[lib][k] = v end
+  for name, lib in pairs(LIBS) do
+    env[name] = {}
+    for k, v in pairs(lib) do env[name][k] = v end
   end
   local view = { algorithm = M.algorithm, version = M.version }
   env.resccl = setmetatable({}, { __index = view, __newindex = function(_, k)
@@ -531,10 +584,23 @@ function M.run_file(path)
   return budgeted(path, chunk)
 end
 
+-- Does path hold a plan file (what `resccl compile --plan` writes)?
+local function plan_file(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local head = f:read(12)
+  f:close()
+  return head == "resccl-plan "
+end
+
 --- Load an algorithm script.
 ---@param path string
 ---@return table algorithm
 function M.load(path)
+  if plan_file(path) then
+    error(("%s:1: a resccl plan file (resccl compile --plan), which libresccl and resccl-bench load; "
+      .. "not an algorithm"):format(path), 0)
+  end
   if not path:match "%.lua$" then
     local import = require "resccl.import"
     if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL / MSCCL++ JSON
