@@ -165,15 +165,30 @@ end
 local Builder = {}
 local BuilderMT = { __index = Builder }
 
--- What a builder records into, out of the script's reach: the core Program
--- and the builder's progress (see state()). Keyed by the builder.
+-- What the DSL reads of a builder, out of the script's reach (it may change
+-- the fields it sees): its sizes, and while build runs the core Program and
+-- the builder's progress. Keyed by the builder.
+--   { ranks, gpn, chunks, collective, prog (only while build runs), step, tbsteps, paper, data }
 local private = setmetatable({}, { __mode = "k" })
 
--- The builder's private state; an error at the script's line (level) when
--- `a` is no builder, or one whose program is not being built yet.
-local function state(a, level)
+local function checkint(fn, i, v)
+  if not isint(v) then
+    error(("bad argument #%d to '%s' (integer expected, got %s)"):format(i, fn, math.type(v) or type(v)), 3)
+  end
+end
+
+-- The builder's private state; an error at the script's line (`level` up
+-- from the caller) when `a` is no builder.
+local function state(a, fn, level)
   local s = private[a]
-  if not s then error("a builder records transfers only while its algorithm's build runs", level + 1) end
+  if not s then error(("calling '%s' on bad self (a builder expected)"):format(fn), level + 1) end
+  return s
+end
+
+-- The same, for what records: only while the builder's build runs.
+local function recording(a, fn, level)
+  local s = state(a, fn, level + 1)
+  if not s.prog then error("a builder records transfers only while its algorithm's build runs", level + 1) end
   return s
 end
 
@@ -184,17 +199,17 @@ local DATA = { allgather = "output", allreduce = "output", reducescatter = "scra
 -- transfer: the input enters the data buffer (a self-copy, dropped, when the
 -- call is in-place), and for reduce-scatter the result leaves it at the end.
 -- Called by Builder:transfer: the script's line is 3 levels up.
-local function prologue(a, s)
-  s.data = DATA[a.collective]
+local function prologue(s)
+  s.data = DATA[s.collective]
   if not s.data then
-    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. a.collective, 3)
+    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. s.collective, 3)
   end
   s.paper = true
-  local p, R, C = s.prog, a.ranks, a.chunks
+  local p, R, C = s.prog, s.ranks, s.chunks
   for r = 0, R - 1 do
-    if a.collective == "allgather" then
+    if s.collective == "allgather" then
       p:xfer(r, "input", 0, r, "output", r * C, C, "copy", FIRST_STEP, 3)
-    elseif a.collective == "allreduce" then
+    elseif s.collective == "allreduce" then
       p:xfer(r, "input", 0, r, "output", 0, C, "copy", FIRST_STEP, 3)
     else
       p:xfer(r, "input", 0, r, "scratch", 0, R * C, "copy", FIRST_STEP, 3)
@@ -202,28 +217,44 @@ local function prologue(a, s)
   end
 end
 
-local function checkint(fn, i, v)
-  if not isint(v) then
-    error(("bad argument #%d to '%s' (integer expected, got %s)"):format(i, fn, math.type(v) or type(v)), 3)
-  end
-end
-
 --- The paper's primitive: chunk `chunk` of the data buffer moves from src to
 --- dst at `step`; "recv" copies, "rrc" reduces into the destination.
 --- (Arguments are checked in C: large programs record millions of these.)
 function Builder:transfer(src, dst, step, chunk, kind)
-  local s = state(self, 2)
-  if not s.paper then prologue(self, s) end
-  s.prog:transfer(src, dst, step, chunk, kind, s.data)
+  local s = private[self]
+  local prog = s and s.prog
+  if not prog then recording(self, "transfer", 2) end -- raises
+  if not s.paper then prologue(s) end
+  prog:transfer(src, dst, step, chunk, kind, s.data)
   s.step = step
 end
 
+-- A Ref is an empty table whose place is kept here, so that no field a
+-- script sets changes what it moves: { a = builder, rank, buf, index, count }.
 local Ref = {}
 local RefMT = { __index = Ref }
+local places = setmetatable({}, { __mode = "k" })
+
+local function newref(a, rank, buf, index, count)
+  local r = setmetatable({}, RefMT)
+  places[r] = { a = a, rank = rank, buf = buf, index = index, count = count }
+  return r
+end
+
+-- A Ref's place; an error at the script's line when r, argument i (0:
+-- self), is no Ref.
+local function place_of(r, fn, i)
+  local p = places[r]
+  if not p then
+    error(i == 0 and ("calling '%s' on bad self (a chunk expected)"):format(fn)
+      or ("bad argument #%d to '%s' (chunk expected)"):format(i, fn), 3)
+  end
+  return p
+end
 
 function RefMT:__tostring()
-  return ("chunk(rank %d, %s[%d%s])"):format(self.rank, self.buf, self.index,
-    self.count > 1 and ("+" .. self.count) or "")
+  local p = places[self]
+  return ("chunk(rank %d, %s[%d%s])"):format(p.rank, p.buf, p.index, p.count > 1 and ("+" .. p.count) or "")
 end
 
 local BUFS = { input = true, output = true, scratch = true }
@@ -236,15 +267,16 @@ end
 
 --- A reference to `count` chunks of a rank's buffer (MSCCLang's chunk()).
 function Builder:chunk(rank, buf, index, count)
+  local s = state(self, "chunk", 2)
   checkint("chunk", 1, rank)
   checkbuf("chunk", 2, buf)
   checkint("chunk", 3, index)
   count = count or 1
   checkint("chunk", 4, count)
-  if rank < 0 or rank >= self.ranks then
-    error(("rank %d out of range (program has %d ranks)"):format(rank, self.ranks), 2)
+  if rank < 0 or rank >= s.ranks then
+    error(("rank %d out of range (program has %d ranks)"):format(rank, s.ranks), 2)
   end
-  return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, RefMT)
+  return newref(self, rank, buf, index, count)
 end
 
 -- Placement keys and their largest values (a plan has at most 1024 TBs a rank, core.h's MAX_TBS).
@@ -257,7 +289,9 @@ local function place(s, fn, first, n, src, dst, at)
   if at == nil then return end
   if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
   for k, v in pairs(at) do
-    if not PLACE[k] then error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(k), 3) end
+    if not PLACE[k] then
+      error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(tostring(k)), 3)
+    end
     if not isint(v) or v < 0 or v > PLACE[k] then
       error(("placement %s must be an integer from 0 to %d"):format(k, PLACE[k]), 3)
     end
@@ -283,27 +317,27 @@ end
 --- Copy these chunks to (rank, buf, index); buf and index default to the
 --- same place. `at` optionally places it: {sendtb=, recvtb=, ch=}.
 function Ref:copy(rank, buf, index, at)
+  local p = place_of(self, "copy", 0)
   checkint("copy", 1, rank)
-  buf = buf or self.buf
+  buf = buf or p.buf
   checkbuf("copy", 2, buf)
-  index = index or self.index
+  index = index or p.index
   checkint("copy", 3, index)
-  local a = self.a
-  local s = state(a, 2)
-  local first, n = s.prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", s.step, 2)
-  place(s, "copy", first, n, self.rank, rank, at)
-  return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, RefMT)
+  local s = private[p.a]
+  if not (s and s.prog) then recording(p.a, "copy", 2) end -- raises
+  local first, n = s.prog:xfer(p.rank, p.buf, p.index, rank, buf, index, p.count, "copy", s.step, 2)
+  place(s, "copy", first, n, p.rank, rank, at)
+  return newref(p.a, rank, buf, index, p.count)
 end
 
 --- Reduce `other` into these chunks: self = self (+) other. `at` as for copy.
 function Ref:reduce(other, at)
-  if getmetatable(other) ~= RefMT then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
-  if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
-  local a = self.a
-  local s = state(a, 2)
-  local first, n = s.prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
-    "reduce", s.step, 2)
-  place(s, "reduce", first, n, other.rank, self.rank, at)
+  local p, q = place_of(self, "reduce", 0), place_of(other, "reduce", 1)
+  if q.count ~= p.count then error("reduce: chunk counts differ", 2) end
+  local s = private[p.a]
+  if not (s and s.prog) then recording(p.a, "reduce", 2) end -- raises
+  local first, n = s.prog:xfer(q.rank, q.buf, q.index, p.rank, p.buf, p.index, p.count, "reduce", s.step, 2)
+  place(s, "reduce", first, n, q.rank, p.rank, at)
   return self
 end
 
@@ -312,12 +346,27 @@ end
 --- with its TBs). Not in the sandbox: a script holds no core object.
 ---@param a table a builder, while its algorithm's build runs
 ---@return userdata program
-function M.builder_program(a) return state(a, 2).prog end
+function M.builder_program(a) return recording(a, "builder_program", 2).prog end
 
 --- Topology helpers: node of a rank, its index inside the node, and back.
-function Builder:node(rank) return rank // self.gpn end
-function Builder:local_rank(rank) return rank % self.gpn end
-function Builder:rank(node, g) return node * self.gpn + g end
+function Builder:node(rank)
+  local s = state(self, "node", 2)
+  checkint("node", 1, rank)
+  return rank // s.gpn
+end
+
+function Builder:local_rank(rank)
+  local s = state(self, "local_rank", 2)
+  checkint("local_rank", 1, rank)
+  return rank % s.gpn
+end
+
+function Builder:rank(node, g)
+  local s = state(self, "rank", 2)
+  checkint("rank", 1, node)
+  checkint("rank", 2, g)
+  return node * s.gpn + g
+end
 
 -- -------------------------------------------------------------- programs
 
@@ -461,6 +510,8 @@ local function program(self, args)
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
     collective = self.collective, name = self.name,
   }, BuilderMT)
+  local s = { ranks = ranks, gpn = t.gpn, collective = self.collective, step = 0, tbsteps = {} }
+  private[a] = s
   if self.supports then
     local ok, why = self.supports(a)
     if not ok then
@@ -474,17 +525,16 @@ local function program(self, args)
   if not isint(chunks) or chunks < 1 then
     error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
   end
-  a.chunks = chunks
+  a.chunks, s.chunks = chunks, chunks
   -- what a program costs through compilation (some 500 bytes a transfer) stays within RESCCL_MEMORY
   local ok, prog = pcall(core.program, {
     name = self.name, collective = self.collective, ranks = ranks, gpn = t.gpn, chunks = chunks,
     file = self.file, line = self.line, max_transfers = math.max(1, math.floor(mib_ * 2048)),
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
-  local s = { prog = prog, step = 0, tbsteps = {} }
-  private[a] = s
+  s.prog = prog
   self.build(a)
-  private[a] = nil -- a builder the script kept records no more
+  s.prog = nil -- a builder the script kept records no more
   if s.paper and self.collective == "reducescatter" then
     for r = 0, ranks - 1 do
       prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)

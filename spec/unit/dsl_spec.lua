@@ -100,6 +100,31 @@ describe("builder", function()
     assert.matches("bad argument #2 to 'transfer' %(integer expected, got float%)", err)
   end)
 
+  it("reads nothing from fields a script changes, and names the script's line for a bad self", function()
+    -- the builder's sizes and a ref's place are the DSL's own
+    local prog = program(function(a)
+      local r = a:chunk(0, "input", 0)
+      r.count, r.rank, r.buf, r.a = 2.5, "x", {}, 5
+      a.ranks, a.chunks, a.gpn, a.collective = "x", 2.5, 0, "alltoall"
+      r:copy(1, "output", 0)
+      assert(a:node(5) == 1 and a:local_rank(5) == 1 and a:rank(1, 1) == 5)
+      a:transfer(1, 0, 0, 1, "recv")
+    end, { topo = "a100:2x4" })
+    assert.equal(1 + 8 + 1, prog:info().transfers) -- the copy, the placement copies, the transfer
+    local line = debug.getinfo(1, "l").currentline
+    for i, build in ipairs {
+      function(a) a.transfer({}, 0, 1, 0, 0, "recv") end,
+      function(a) a:chunk(0, "input", 0).copy({}, 1) end,
+      function(a) a:chunk(0, "input", 0):reduce({}) end,
+      function(a) a:node "x" end,
+    } do
+      local want = ({ "calling 'transfer' on bad self %(a builder expected%)",
+        "calling 'copy' on bad self %(a chunk expected%)", "bad argument #1 to 'reduce' %(chunk expected%)",
+        "bad argument #1 to 'node' %(integer expected, got string%)" })[i]
+      assert.matches("^spec/unit/dsl_spec.lua:" .. line + 1 + i .. ": " .. want .. "$", h.pcall_err(program, build))
+    end
+  end)
+
   it("reports out-of-range ranks and chunks from C at the caller's line", function()
     local err = h.pcall_err(program, function(a) a:transfer(0, 9, 0, 0, "recv") end)
     assert.matches("dsl_spec.lua:%d+: destination rank 9 out of range %(program has 4 ranks%)", err)
