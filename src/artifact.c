@@ -7,6 +7,7 @@
 */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 #include "planfile.h"
@@ -14,7 +15,7 @@
 static rcStatus section(const Plan *pl, Buf *out, Err *e) {
   const Program *p = pl->prog;
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to write it", p->name);
-  if (!rx_name_ok(p->name))
+  if (!rx_name_ok(p->name, strlen(p->name)))
     return err_set(e, RC_EINVAL, "plan name '%s' is not one word of letters, digits and _.+- (at most 63 bytes)", p->name);
   Buf body;
   buf_init(&body);

@@ -64,6 +64,7 @@ void buf_add(Buf *b, const char *s, size_t n);
 void buf_puts(Buf *b, const char *s);
 void buf_printf(Buf *b, const char *fmt, ...);
 void buf_int(Buf *b, long v); /* decimal, no printf: the emitter's hot path */
+void buf_comment(Buf *b, const char *s); /* s as C comment text: ends nothing, opens nothing */
 
 /* Growable array of any element: VEC_PUSH(p, n, cap, value). */
 #define VEC_PUSH(p, n, cap, v)                                   \

@@ -106,7 +106,7 @@ static void emit_prim(const Plan *pl, int i, int open, int close, int group, Buf
   buf_puts(b, ": ");
   buf_puts(b, prim_name(p->kind));
   buf_puts(b, " (");
-  buf_puts(b, at.file >= 0 && at.file < pg->nfiles ? pg->files[at.file] : pg->name);
+  buf_comment(b, at.file >= 0 && at.file < pg->nfiles ? pg->files[at.file] : pg->name);
   buf_puts(b, ":");
   buf_int(b, at.line);
   buf_puts(b, ") */\n");
@@ -176,13 +176,17 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   Buf body;
   buf_init(&body);
   emit_body(pl, tg, &body);
-  char num[6][32], src[300];
+  char num[6][32], at[300];
   snprintf(num[0], 32, "%d", p->nranks);
   snprintf(num[1], 32, "%d", pl->dag.n);
   snprintf(num[2], 32, "%d", pl->sched.nslots);
   snprintf(num[3], 32, "%d", pl->ntbs);
   snprintf(num[4], 32, "%d", pl->nflags);
-  prog_where(p, p->at, src, sizeof src);
+  /* the header comment's names, escaped as every comment's are */
+  Buf name, src;
+  buf_init(&name), buf_init(&src);
+  buf_comment(&name, p->name);
+  buf_comment(&src, prog_where(p, p->at, at, sizeof at));
   /* The primitives: tile.h then host.h, or for CUDA what the runtime puts before a plan file's body. */
   const char *host[3] = {"tile.h", "host.h", NULL}, *cuda[3] = RX_CUDA_PRELUDE, **names = tg == EMIT_HOST ? host : cuda;
   Buf prims;
@@ -190,18 +194,18 @@ rcStatus emit_program(const Plan *pl, EmitTarget tg, Buf *out, Err *e) {
   for (int i = 0; i < 3 && names[i]; i++) {
     const char *t = tpl_text(names[i]);
     if (!t) {
-      buf_free(&body), buf_free(&prims);
+      buf_free(&body), buf_free(&prims), buf_free(&name), buf_free(&src);
       return err_set(e, RC_ETEMPLATE, "%s: no such template", names[i]);
     }
     buf_puts(&prims, t);
   }
   TplVar v[] = {
-    {"name", p->name}, {"collective", coll_name(p->coll)}, {"ranks", num[0]},
+    {"name", name.s}, {"collective", coll_name(p->coll)}, {"ranks", num[0]},
     {"placement", pl->opt.inplace ? "in-place" : "out-of-place"}, {"tasks", num[1]}, {"subpipelines", num[2]},
     {"tbs", num[3]}, {"tb_policy", tb_policy_name(pl->opt.tb)},
-    {"flags", num[4]}, {"source", src}, {"prims", prims.s}, {"body", body.s},
+    {"flags", num[4]}, {"source", src.s}, {"prims", prims.s}, {"body", body.s},
   };
   rcStatus rc = tpl_fill(out, "program.c.tpl", tpl_text("program.c.tpl"), v, (int)(sizeof v / sizeof *v), e);
-  buf_free(&body), buf_free(&prims);
+  buf_free(&body), buf_free(&prims), buf_free(&name), buf_free(&src);
   return rc;
 }

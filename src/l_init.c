@@ -106,6 +106,16 @@ static int l_file_kind(lua_State *L) {
   return 1;
 }
 
+/* core.same_file(a, b) -> true when both paths name one existing file (stat:
+   links followed; the same device and inode), else false */
+static int l_same_file(lua_State *L) {
+  struct stat a, b;
+  int same = stat(luaL_checkstring(L, 1), &a) == 0 && stat(luaL_checkstring(L, 2), &b) == 0 && a.st_dev == b.st_dev &&
+             a.st_ino == b.st_ino;
+  lua_pushboolean(L, same);
+  return 1;
+}
+
 static mode_t current_umask(void) {
   mode_t m = umask(0);
   umask(m);
@@ -272,6 +282,8 @@ int luaopen_resccl_core(lua_State *L) {
   lua_setfield(L, -2, "write_file");
   lua_pushcfunction(L, l_setting);
   lua_setfield(L, -2, "setting");
+  lua_pushcfunction(L, l_same_file);
+  lua_setfield(L, -2, "same_file");
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
   l_program_open(L);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lbind.h"
+#include "planfile.h"
 
 Program *checkprogram(lua_State *L, int i) {
   Program *p = *(Program **)luaL_checkudata(L, i, PROGRAM_MT);
@@ -42,7 +43,10 @@ static int field_int(lua_State *L, int t, const char *k, int dflt) {
 static int l_program_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "name");
-  const char *name = luaL_optstring(L, -1, "program");
+  size_t nlen;
+  const char *name = luaL_optlstring(L, -1, "program", &nlen);
+  if (!rx_name_ok(name, nlen))
+    return luaL_error(L, "program name must be 1 to 63 letters, digits and '_.+-', not starting with '.+-'");
   lua_getfield(L, 1, "collective");
   const char *coll = luaL_checkstring(L, -1);
   lua_getfield(L, 1, "file");
@@ -75,9 +79,10 @@ static int bufarg(lua_State *L, int i) {
 }
 
 /* Record one transfer; returns its index and how many transfers it became
-   (one per block it spans). Errors name the user's line
-   `where` frames up (1 = the direct caller, 0 = the program's definition),
-   or `where` is "file:line" itself. */
+   (one per block it spans). Errors name the user's line `where` frames up
+   (1 = the direct caller, 0 = the program's definition), or `where` is
+   "file:line", a position in an importer's input. Scripts never reach this:
+   the DSL keeps the Program from them, and takes positions from debug info. */
 static int l_program_xfer(lua_State *L) {
   Program *p = checkprogram(L, 1);
   Xfer x = {.src = l_checkint(L, 2), .sbuf = (uint8_t)bufarg(L, 3), .sidx = l_checkint(L, 4),
@@ -87,21 +92,24 @@ static int l_program_xfer(lua_State *L) {
   if (strcmp(op, "copy") == 0) x.op = OP_COPY;
   else if (strcmp(op, "reduce") == 0) x.op = OP_REDUCE;
   else return luaL_argerror(L, 9, "operation must be copy or reduce");
-  int level = lua_type(L, 11) == LUA_TSTRING ? -1 : l_optint(L, 11, 1);
-  if (level < 0) { /* "file:line", as importers know it */
+  if (lua_type(L, 11) == LUA_TSTRING) {
     size_t n;
     const char *w = lua_tolstring(L, 11, &n), *colon = strrchr(w, ':');
-    char file[512];
-    if (!colon || (size_t)(colon - w) >= sizeof file) return luaL_argerror(L, 11, "\"file:line\" expected");
-    memcpy(file, w, (size_t)(colon - w));
-    file[colon - w] = '\0';
-    x.at = (Src){prog_file(p, file), atoi(colon + 1)};
-  } else if (level > 0) {
-    char file[512];
-    l_where(L, level, file, sizeof file, &x.at.line);
-    x.at.file = prog_file(p, file);
+    char *end;
+    long line = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == w || colon[1] < '0' || colon[1] > '9' || end != w + n || line > INT_MAX)
+      return luaL_argerror(L, 11, "\"file:line\" expected");
+    lua_pushlstring(L, w, (size_t)(colon - w)); /* stack: ..., where, file */
+    x.at = (Src){prog_file(p, lua_tostring(L, -1)), (int)line};
   } else {
-    x.at = p->at; /* recorded by the DSL itself: blame the definition */
+    int level = l_optint(L, 11, 1);
+    if (level > 0) {
+      char file[512];
+      l_where(L, level, file, sizeof file, &x.at.line);
+      x.at.file = prog_file(p, file);
+    } else {
+      x.at = p->at; /* recorded by the DSL itself: blame the definition */
+    }
   }
   Err e;
   int before = p->nxf;

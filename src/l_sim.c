@@ -164,6 +164,8 @@ void l_sim_open(lua_State *L) {
   static const luaL_Reg topo_methods[] = {{"params", l_topo_params}, {NULL, NULL}};
   static const luaL_Reg plan_methods[] = {{"sim", l_plan_sim}, {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0); /* stack: module */
+  lua_pushinteger(L, SIM_MAX_MICRO);
+  lua_setfield(L, -2, "sim_max_micro");
   luaL_getmetatable(L, TOPO_MT);
   lua_getfield(L, -1, "__index"); /* stack: module, mt, methods */
   luaL_setfuncs(L, topo_methods, 0);

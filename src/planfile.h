@@ -94,15 +94,18 @@ static const struct {
 /* The buffers' names, as RX_INPUT... in cuda_abi.h. */
 static const char *const rx_buffers[3] = {"RX_INPUT", "RX_OUTPUT", "RX_SCRATCH"};
 
-/* A plan's name: one word the runtime can print and a person can type. */
-static inline int rx_name_ok(const char *s) {
-  size_t n = 0;
-  for (; s[n]; n++) {
-    char c = s[n];
-    int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    if (!alnum && (n == 0 || (c != '.' && c != '+' && c != '-'))) return 0;
+/* A plan's name, its n bytes: one word of 1..63 bytes,
+   [A-Za-z0-9_][A-Za-z0-9_.+-]*, that the runtime can print and a person can
+   type. It reaches the emitted code and the plan file, so nothing else is
+   taken (the DSL, core.program and both ends of the plan file check it). */
+static inline int rx_name_ok(const char *s, size_t n) {
+  if (n < 1 || n > 63) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    int word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!word && (i == 0 || (c != '.' && c != '+' && c != '-'))) return 0;
   }
-  return n >= 1 && n <= 63;
+  return 1;
 }
 
 /* The digest (FNV-1a, 64 bits): it finds a file cut short, edited or

@@ -108,3 +108,23 @@ void buf_printf(Buf *b, const char *fmt, ...) {
   buf_add(b, big, (size_t)n);
   free(big);
 }
+
+/* Append s as the text of a C comment, for the host C and the CUDA alike:
+   printable ASCII as it is, but a backslash doubled, a '/' next to a '*'
+   as backslash-slash, and any other byte as \xNN. So a name from the input
+   (a file's, a program's) neither ends the comment, nor opens another, nor
+   starts a line. */
+void buf_comment(Buf *b, const char *s) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *p = (const unsigned char *)s, *run = p;
+  for (; *p; p++) {
+    int c = *p, slash = c == '/' && ((p > (const unsigned char *)s && p[-1] == '*') || p[1] == '*');
+    if (c >= 0x20 && c < 0x7f && c != '\\' && !slash) continue;
+    buf_add(b, (const char *)run, (size_t)(p - run));
+    char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    if (c == '\\' || slash) esc[1] = (char)c;
+    buf_add(b, esc, c == '\\' || slash ? 2 : 4);
+    run = p + 1;
+  }
+  buf_add(b, (const char *)run, (size_t)(p - run));
+}

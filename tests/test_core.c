@@ -686,6 +686,21 @@ static void test_template(void **state) {
   assert_null(tpl_text("nope"));
 }
 
+/* Names in comments: nothing ends the comment, opens another or starts a line. */
+static void test_comment(void **state) {
+  (void)state;
+  static const char *const in[] = {"a*/b", "/*x*/", "n\nl\r", "\\", "]]--", "\xff\xc3(", "*", "//", ""};
+  static const char *const out[] = {"a*\\/b", "\\/*x*\\/", "n\\x0al\\x0d", "\\\\", "]]--", "\\xff\\xc3(", "*",
+                                    "//", ""};
+  for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+    Buf b;
+    buf_init(&b);
+    buf_comment(&b, in[i]);
+    assert_string_equal(b.s, out[i]);
+    buf_free(&b);
+  }
+}
+
 static void test_emit(void **state) {
   (void)state;
   Err e;
@@ -836,7 +851,7 @@ int main(void) {
     cmocka_unit_test(test_verify_incomplete), cmocka_unit_test(test_verify_shifted), cmocka_unit_test(test_verify_deadlock),
     cmocka_unit_test(test_tb_merge),        cmocka_unit_test(test_tb_lend),         cmocka_unit_test(test_template),
     cmocka_unit_test(test_ce_runs),         cmocka_unit_test(test_verify_races),       cmocka_unit_test(test_verify_split),
-    cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
+    cmocka_unit_test(test_comment),         cmocka_unit_test(test_emit),            cmocka_unit_test(test_half_conversions),
     cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_data_check),
     cmocka_unit_test(test_exec_host),       cmocka_unit_test(test_exec_merged),
     cmocka_unit_test(test_tb_pull),         cmocka_unit_test(test_ce_verify),

@@ -109,17 +109,18 @@ bench options (nccl-tests' flags; resccl-bench --help has the defaults):
                          an algorithm by size
 
 key=value arguments go to the program: ranks=N, topo=PRESET or topo=FILE.lua
-(a topology file, docs/sim.md), nmicro=N, count=N (elements; by default the
-first multiple of the chunks per block from 4099), dtype=i8|u8|i32|u32|i64|
-u64|f16|f32|f64|bf16 (NCCL's spellings work too: half, bfloat16, uint8, ...),
-op=sum|prod|max|min|avg, direct=0|off (direct sends through the FIFOs too), and
-the algorithm's own parameters.
+(a topology file, docs/sim.md), nmicro=N (sim: at most 65536), count=N
+(elements; by default the first multiple of the chunks per block from 4099),
+dtype=i8|u8|i32|u32|i64|u64|f16|f32|f64|bf16 (NCCL's spellings work too:
+half, bfloat16, uint8, ...), op=sum|prod|max|min|avg, direct=0|off (direct
+sends through the FIFOs too), and the algorithm's own parameters.
 topology presets: TOPOLOGIES
 
 Scripts run in a sandbox, under RESCCL_BUDGET of CPU time (default 120 s; a
 bare number is seconds, or 500ms, 90s, 2m, 1h) and RESCCL_MEMORY of Lua memory
 (default 4096 MiB; a bare number is MiB, or 512M, 8GiB).
 Sizes are bytes with K, M, G or T, powers of 1024 (KiB and KB alike).
+An output file that is an input (the same file) is refused.
 exit status: 0 when all that was asked held; 1 an error in the input, or a
 check that failed; 2 a bad command line or setting; 4 out of memory.
 ]]
@@ -257,7 +258,11 @@ local function parse(argv)
       local k, v = a:match "^([%w_]+)=(.*)$"
       if not k then error(("bad argument '%s' (key=value expected)"):format(a), 0) end
       local num = NUM_ARGS[k]
-      if num then v = setting(num[1], "argument " .. k, v, num[2], num[3]) end
+      if num then
+        -- the simulator's micro-batches are bounded apart: its time grows with them
+        local hi = k == "nmicro" and o.cmd == "sim" and core.sim_max_micro or num[3]
+        v = setting(num[1], "argument " .. k, v, num[2], hi)
+      end
       o.args[k] = v
     elseif not o.file then o.file = a
     else error(("unexpected argument '%s'"):format(a), 0) end
@@ -783,6 +788,22 @@ function M.help()
   return 0
 end
 
+-- The options that write a file (--plan, -o, --msccl-xml, --trace, --svg).
+local OUTPUTS = { "plan", "output", "msccl_xml", "trace", "svg" }
+
+-- A message when an output names an input: the same file (device and inode,
+-- so through a link or another spelling too), which writing would replace.
+local function overwrites(o)
+  local inputs = { { o.file, "the input" }, { o.args.topo, "the topology file (topo=)" } }
+  for _, m in ipairs(o.more) do inputs[#inputs + 1] = { m.file, "an input (--from)" } end
+  for _, k in ipairs(OUTPUTS) do
+    local out = o[k]
+    for _, i in ipairs(out and out ~= "-" and inputs or {}) do
+      if i[1] and core.same_file(out, i[1]) then return ("%s: is %s; refusing to overwrite it"):format(out, i[2]) end
+    end
+  end
+end
+
 --- Entry point from main.c: argv[1..] are the arguments and argv[0] how resccl
 --- was run (bench looks for resccl-bench beside it); returns the exit code.
 function M.main(argv)
@@ -806,6 +827,11 @@ function M.main(argv)
   local limits_ok, err = pcall(resccl.limits) -- RESCCL_BUDGET, RESCCL_MEMORY: blamed here, not on the script
   if not limits_ok then return usage_error(err) end
   if not o.file then return usage_error(("'%s' needs a FILE"):format(cmd)) end
+  local clash = overwrites(o)
+  if clash then
+    io.stderr:write("resccl: ", clash, "\n")
+    return 2
+  end
   o.argv0 = argv[0]
   return M[cmd](o)
 end

@@ -13,11 +13,32 @@ local M = { version = core.version, core = core }
 
 local COLLECTIVES = { allgather = true, reducescatter = true, allreduce = true, alltoall = true }
 
--- Registration keys and the type each must have.
+local function isint(v) return math.type(v) == "integer" end
+
+-- An algorithm's name: one word, as plan files and libresccl read it (the
+-- core checks it again, src/planfile.h rx_name_ok).
+local NAME_RULE = "1 to 63 letters, digits and '_.+-', not starting with '.+-'"
+local function name_ok(s)
+  return #s <= 63 and s:match "^[A-Za-z0-9_][A-Za-z0-9_.+-]*$" ~= nil
+end
+
+-- A number key's check: an integer in [lo, hi]; nil, or what is expected.
+local function range(lo, hi)
+  return function(v)
+    if type(v) == "number" and not (isint(v) and v >= lo and v <= hi) then
+      return ("an integer from %d to %d"):format(lo, hi)
+    end
+  end
+end
+
+-- Registration keys: the type each must have, and for some a check of the
+-- value (nil when it holds, else what is expected). Ranks and chunks per
+-- block as core.program takes them.
 local KEYS = {
-  name = "string", collective = "string", build = "function", description = "string",
-  params = "table", chunks = "number|function", inplace = "boolean", supports = "function",
-  ranks = "number",
+  name = { "string", function(v) if not name_ok(v) then return NAME_RULE end end },
+  collective = { "string" }, build = { "function" }, description = { "string" }, params = { "table" },
+  chunks = { "number|function", range(1, 65536) }, inplace = { "boolean" }, supports = { "function" },
+  ranks = { "number", range(1, 1024) },
 }
 
 -- Arguments that belong to the driver, not to the algorithm.
@@ -36,8 +57,6 @@ local function typeok(v, spec)
   end
   return false
 end
-
-local function isint(v) return math.type(v) == "integer" end
 
 -- Each class keeps its methods apart from its metatable, so that no field
 -- of an instance a script holds (x.__index) leads to what every script shares.
@@ -92,8 +111,12 @@ function M.algorithm(def)
       table.sort(known)
       fail(("unknown key '%s' in resccl.algorithm{} (known: %s)"):format(tostring(k), table.concat(known, ", ")))
     end
-    if not typeok(v, spec) then
-      fail(("key '%s' must be a %s, got %s"):format(k, spec:gsub("|", " or "), type(v)))
+    if not typeok(v, spec[1]) then
+      fail(("key '%s' must be a %s, got %s"):format(k, spec[1]:gsub("|", " or "), type(v)))
+    end
+    local expected = spec[2] and spec[2](v)
+    if expected then
+      fail(("key '%s' must be %s%s"):format(k, expected, type(v) == "number" and ", got " .. tostring(v) or ""))
     end
     alg[k] = v
   end
@@ -142,29 +165,11 @@ end
 local Builder = {}
 local BuilderMT = { __index = Builder }
 
--- The buffer the paper's single data buffer maps to, per collective.
-local DATA = { allgather = "output", allreduce = "output", reducescatter = "scratch" }
-
--- Placement copies for the paper's style, recorded once before the first
--- transfer: the input enters the data buffer (a self-copy, dropped, when the
--- call is in-place), and for reduce-scatter the result leaves it at the end.
-function Builder:_prologue()
-  self._data = DATA[self.collective]
-  if not self._data then
-    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. self.collective, 3)
-  end
-  self._paper = true
-  local p, R, C = self._prog, self.ranks, self.chunks
-  for r = 0, R - 1 do
-    if self.collective == "allgather" then
-      p:xfer(r, "input", 0, r, "output", r * C, C, "copy", FIRST_STEP, 3)
-    elseif self.collective == "allreduce" then
-      p:xfer(r, "input", 0, r, "output", 0, C, "copy", FIRST_STEP, 3)
-    else
-      p:xfer(r, "input", 0, r, "scratch", 0, R * C, "copy", FIRST_STEP, 3)
-    end
-  end
-end
+-- What the DSL reads of a builder, out of the script's reach (it may change
+-- the fields it sees): its sizes, and while build runs the core Program and
+-- the builder's progress. Keyed by the builder.
+--   { ranks, gpn, chunks, collective, prog (only while build runs), step, tbsteps, paper, data }
+local private = setmetatable({}, { __mode = "k" })
 
 local function checkint(fn, i, v)
   if not isint(v) then
@@ -172,21 +177,84 @@ local function checkint(fn, i, v)
   end
 end
 
+-- The builder's private state; an error at the script's line (`level` up
+-- from the caller) when `a` is no builder.
+local function state(a, fn, level)
+  local s = private[a]
+  if not s then error(("calling '%s' on bad self (a builder expected)"):format(fn), level + 1) end
+  return s
+end
+
+-- The same, for what records: only while the builder's build runs.
+local function recording(a, fn, level)
+  local s = state(a, fn, level + 1)
+  if not s.prog then error("a builder records transfers only while its algorithm's build runs", level + 1) end
+  return s
+end
+
+-- The buffer the paper's single data buffer maps to, per collective.
+local DATA = { allgather = "output", allreduce = "output", reducescatter = "scratch" }
+
+-- Placement copies for the paper's style, recorded once before the first
+-- transfer: the input enters the data buffer (a self-copy, dropped, when the
+-- call is in-place), and for reduce-scatter the result leaves it at the end.
+-- Called by Builder:transfer: the script's line is 3 levels up.
+local function prologue(s)
+  s.data = DATA[s.collective]
+  if not s.data then
+    error("transfer() is for allgather, allreduce and reducescatter; use chunk() for " .. s.collective, 3)
+  end
+  s.paper = true
+  local p, R, C = s.prog, s.ranks, s.chunks
+  for r = 0, R - 1 do
+    if s.collective == "allgather" then
+      p:xfer(r, "input", 0, r, "output", r * C, C, "copy", FIRST_STEP, 3)
+    elseif s.collective == "allreduce" then
+      p:xfer(r, "input", 0, r, "output", 0, C, "copy", FIRST_STEP, 3)
+    else
+      p:xfer(r, "input", 0, r, "scratch", 0, R * C, "copy", FIRST_STEP, 3)
+    end
+  end
+end
+
 --- The paper's primitive: chunk `chunk` of the data buffer moves from src to
 --- dst at `step`; "recv" copies, "rrc" reduces into the destination.
 --- (Arguments are checked in C: large programs record millions of these.)
 function Builder:transfer(src, dst, step, chunk, kind)
-  if not self._paper then self:_prologue() end
-  self._prog:transfer(src, dst, step, chunk, kind, self._data)
-  self._step = step
+  local s = private[self]
+  local prog = s and s.prog
+  if not prog then recording(self, "transfer", 2) end -- raises
+  if not s.paper then prologue(s) end
+  prog:transfer(src, dst, step, chunk, kind, s.data)
+  s.step = step
 end
 
+-- A Ref is an empty table whose place is kept here, so that no field a
+-- script sets changes what it moves: { a = builder, rank, buf, index, count }.
 local Ref = {}
 local RefMT = { __index = Ref }
+local places = setmetatable({}, { __mode = "k" })
+
+local function newref(a, rank, buf, index, count)
+  local r = setmetatable({}, RefMT)
+  places[r] = { a = a, rank = rank, buf = buf, index = index, count = count }
+  return r
+end
+
+-- A Ref's place; an error at the script's line when r, argument i (0:
+-- self), is no Ref.
+local function place_of(r, fn, i)
+  local p = places[r]
+  if not p then
+    error(i == 0 and ("calling '%s' on bad self (a chunk expected)"):format(fn)
+      or ("bad argument #%d to '%s' (chunk expected)"):format(i, fn), 3)
+  end
+  return p
+end
 
 function RefMT:__tostring()
-  return ("chunk(rank %d, %s[%d%s])"):format(self.rank, self.buf, self.index,
-    self.count > 1 and ("+" .. self.count) or "")
+  local p = places[self]
+  return ("chunk(rank %d, %s[%d%s])"):format(p.rank, p.buf, p.index, p.count > 1 and ("+" .. p.count) or "")
 end
 
 local BUFS = { input = true, output = true, scratch = true }
@@ -199,15 +267,16 @@ end
 
 --- A reference to `count` chunks of a rank's buffer (MSCCLang's chunk()).
 function Builder:chunk(rank, buf, index, count)
+  local s = state(self, "chunk", 2)
   checkint("chunk", 1, rank)
   checkbuf("chunk", 2, buf)
   checkint("chunk", 3, index)
   count = count or 1
   checkint("chunk", 4, count)
-  if rank < 0 or rank >= self.ranks then
-    error(("rank %d out of range (program has %d ranks)"):format(rank, self.ranks), 2)
+  if rank < 0 or rank >= s.ranks then
+    error(("rank %d out of range (program has %d ranks)"):format(rank, s.ranks), 2)
   end
-  return setmetatable({ a = self, rank = rank, buf = buf, index = index, count = count }, RefMT)
+  return newref(self, rank, buf, index, count)
 end
 
 -- Placement keys and their largest values (a plan has at most 1024 TBs a rank, core.h's MAX_TBS).
@@ -216,11 +285,13 @@ local PLACE = { sendtb = 1023, recvtb = 1023, ch = 1023, sendstep = (1 << 20) - 
 -- Manual placement, as MSCCLang's sendtb/recvtb/ch: record where the sending
 -- and receiving ranks run this transfer. Steps default to the next free step
 -- of that TB, in record order. Used by --tb manual.
-local function place(a, fn, first, n, src, dst, at)
+local function place(s, fn, first, n, src, dst, at)
   if at == nil then return end
   if type(at) ~= "table" then error(("bad placement to '%s' (table expected, got %s)"):format(fn, type(at)), 3) end
   for k, v in pairs(at) do
-    if not PLACE[k] then error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(k), 3) end
+    if not PLACE[k] then
+      error(("unknown placement key '%s' (sendtb, recvtb, ch, sendstep, recvstep)"):format(tostring(k)), 3)
+    end
     if not isint(v) or v < 0 or v > PLACE[k] then
       error(("placement %s must be an integer from 0 to %d"):format(k, PLACE[k]), 3)
     end
@@ -228,54 +299,74 @@ local function place(a, fn, first, n, src, dst, at)
   if at.sendtb == nil or (src ~= dst and at.recvtb == nil) then
     error(("placement needs sendtb%s"):format(src ~= dst and " and recvtb" or ""), 3)
   end
-  local steps = a._tbsteps
+  local steps = s.tbsteps
   local function step(rank, tb, explicit)
     local key = rank * 65536 + tb
-    local s = explicit or steps[key] or 0
-    if s > PLACE.sendstep then error(("rank %d tb %d: more than %d steps"):format(rank, tb, PLACE.sendstep + 1), 4) end
-    steps[key] = math.max(steps[key] or 0, s + 1)
-    return s
+    local k = explicit or steps[key] or 0
+    if k > PLACE.sendstep then error(("rank %d tb %d: more than %d steps"):format(rank, tb, PLACE.sendstep + 1), 4) end
+    steps[key] = math.max(steps[key] or 0, k + 1)
+    return k
   end
   for i = first, first + n - 1 do
     local ss = step(src, at.sendtb, at.sendstep)
     local rs = src == dst and ss or step(dst, at.recvtb, at.recvstep)
-    a._prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
+    s.prog:hint(i, at.sendtb, ss, src == dst and at.sendtb or at.recvtb, rs, at.ch or 0)
   end
 end
 
 --- Copy these chunks to (rank, buf, index); buf and index default to the
 --- same place. `at` optionally places it: {sendtb=, recvtb=, ch=}.
 function Ref:copy(rank, buf, index, at)
+  local p = place_of(self, "copy", 0)
   checkint("copy", 1, rank)
-  buf = buf or self.buf
+  buf = buf or p.buf
   checkbuf("copy", 2, buf)
-  index = index or self.index
+  index = index or p.index
   checkint("copy", 3, index)
-  local a = self.a
-  local first, n = a._prog:xfer(self.rank, self.buf, self.index, rank, buf, index, self.count, "copy", a._step, 2)
-  place(a, "copy", first, n, self.rank, rank, at)
-  return setmetatable({ a = a, rank = rank, buf = buf, index = index, count = self.count }, RefMT)
+  local s = private[p.a]
+  if not (s and s.prog) then recording(p.a, "copy", 2) end -- raises
+  local first, n = s.prog:xfer(p.rank, p.buf, p.index, rank, buf, index, p.count, "copy", s.step, 2)
+  place(s, "copy", first, n, p.rank, rank, at)
+  return newref(p.a, rank, buf, index, p.count)
 end
 
 --- Reduce `other` into these chunks: self = self (+) other. `at` as for copy.
 function Ref:reduce(other, at)
-  if getmetatable(other) ~= RefMT then error("bad argument #1 to 'reduce' (chunk expected)", 2) end
-  if other.count ~= self.count then error("reduce: chunk counts differ", 2) end
-  local a = self.a
-  local first, n = a._prog:xfer(other.rank, other.buf, other.index, self.rank, self.buf, self.index, self.count,
-    "reduce", a._step, 2)
-  place(a, "reduce", first, n, other.rank, self.rank, at)
+  local p, q = place_of(self, "reduce", 0), place_of(other, "reduce", 1)
+  if q.count ~= p.count then error("reduce: chunk counts differ", 2) end
+  local s = private[p.a]
+  if not (s and s.prog) then recording(p.a, "reduce", 2) end -- raises
+  local first, n = s.prog:xfer(q.rank, q.buf, q.index, p.rank, p.buf, p.index, p.count, "reduce", s.step, 2)
+  place(s, "reduce", first, n, q.rank, p.rank, at)
   return self
 end
 
---- The Program being built, for importers that record transfers themselves
---- (prog:xfer with "file:line" positions, prog:hint with the file's TBs).
-function Builder:program() return self._prog end
+--- The Program a builder records into, for resccl's importers, which record
+--- transfers themselves (prog:xfer with their input's "file:line", prog:hint
+--- with its TBs). Not in the sandbox: a script holds no core object.
+---@param a table a builder, while its algorithm's build runs
+---@return userdata program
+function M.builder_program(a) return recording(a, "builder_program", 2).prog end
 
 --- Topology helpers: node of a rank, its index inside the node, and back.
-function Builder:node(rank) return rank // self.gpn end
-function Builder:local_rank(rank) return rank % self.gpn end
-function Builder:rank(node, g) return node * self.gpn + g end
+function Builder:node(rank)
+  local s = state(self, "node", 2)
+  checkint("node", 1, rank)
+  return rank // s.gpn
+end
+
+function Builder:local_rank(rank)
+  local s = state(self, "local_rank", 2)
+  checkint("local_rank", 1, rank)
+  return rank % s.gpn
+end
+
+function Builder:rank(node, g)
+  local s = state(self, "rank", 2)
+  checkint("rank", 1, node)
+  checkint("rank", 2, g)
+  return node * s.gpn + g
+end
 
 -- -------------------------------------------------------------- programs
 
@@ -425,8 +516,10 @@ local function program(self, args)
   local ranks = t.ranks -- the script gets t as a.topo
   local a = setmetatable({
     ranks = t.ranks, nodes = t.nodes, gpn = t.gpn, topo = t, args = params,
-    collective = self.collective, name = self.name, _step = 0, _tbsteps = {},
+    collective = self.collective, name = self.name,
   }, BuilderMT)
+  local s = { ranks = ranks, gpn = t.gpn, collective = self.collective, step = 0, tbsteps = {} }
+  private[a] = s
   if self.supports then
     local ok, why = self.supports(a)
     if not ok then
@@ -440,16 +533,17 @@ local function program(self, args)
   if not isint(chunks) or chunks < 1 then
     error(("%s:%d: chunks must be a positive integer"):format(self.file, self.line), 0)
   end
-  a.chunks = chunks
+  a.chunks, s.chunks = chunks, chunks
   -- what a program costs through compilation (some 500 bytes a transfer) stays within RESCCL_MEMORY
   local ok, prog = pcall(core.program, {
     name = self.name, collective = self.collective, ranks = ranks, gpn = t.gpn, chunks = chunks,
     file = self.file, line = self.line, max_transfers = math.max(1, math.floor(mib_ * 2048)),
   })
   if not ok then error(("%s:%d: %s"):format(self.file, self.line, tostring(prog):gsub("^[^:]*:%d+: ", "")), 0) end
-  a._prog = prog
+  s.prog = prog
   self.build(a)
-  if rawget(a, "_paper") and self.collective == "reducescatter" then
+  s.prog = nil -- a builder the script kept records no more
+  if s.paper and self.collective == "reducescatter" then
     for r = 0, ranks - 1 do
       prog:xfer(r, "scratch", r * chunks, r, "output", 0, chunks, "copy", LAST_STEP, 0)
     end
@@ -475,7 +569,16 @@ local SAFE = {
   "assert", "error", "ipairs", "next", "pairs", "rawequal", "rawget", "rawlen", "rawset", "select", "tonumber",
   "tostring", "type",
 }
-local LIBS = { "math", "string", "table", "utf8" }
+-- No string.dump: a script has no load to run bytecode with, and needs no
+-- bytecode of its own. String methods reach the library through the
+-- metatable every string shares, so that leads to this copy too; the
+-- host's string.dump stays.
+local STRING = {}
+for k, v in pairs(string) do
+  if k ~= "dump" then STRING[k] = v end
+end
+getmetatable("").__index = STRING
+local LIBS = { math = math, string = STRING, table = table, utf8 = utf8 }
 
 -- pcall and xpcall for scripts: a spent budget or cap is not theirs to catch
 -- (nor is an xpcall handler run for it: it would run with no hook).
@@ -503,9 +606,9 @@ local function sandbox(path)
     io.stderr:write(path, ": ", table.concat(parts, "\t", 1, parts.n), "\n")
   end
   for _, k in ipairs(SAFE) do env[k] = _G[k] end
-  for _, lib in ipairs(LIBS) do
-    env[lib] = {}
-    for k, v in pairs(_G[lib]) do env[lib][k] = v end
+  for name, lib in pairs(LIBS) do
+    env[name] = {}
+    for k, v in pairs(lib) do env[name][k] = v end
   end
   local view = { algorithm = M.algorithm, version = M.version }
   env.resccl = setmetatable({}, { __index = view, __newindex = function(_, k)
@@ -539,10 +642,23 @@ function M.run_file(path)
   return budgeted(path, chunk)
 end
 
+-- Does path hold a plan file (what `resccl compile --plan` writes)?
+local function plan_file(path)
+  local f = io.open(path, "rb")
+  if not f then return false end
+  local head = f:read(12)
+  f:close()
+  return head == "resccl-plan "
+end
+
 --- Load an algorithm script.
 ---@param path string
 ---@return table algorithm
 function M.load(path)
+  if plan_file(path) then
+    error(("%s:1: a resccl plan file (resccl compile --plan), which libresccl and resccl-bench load; "
+      .. "not an algorithm"):format(path), 0)
+  end
   if not path:match "%.lua$" then
     local import = require "resccl.import"
     if import.claims(path) then return import.load(path) end -- MSCCL XML, TACCL / TE-CCL / MSCCL++ JSON

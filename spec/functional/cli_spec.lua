@@ -496,7 +496,7 @@ describe("bad input", function()
     end
     local code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "nmicro=0" }
     assert.equal(2, code)
-    assert.matches("argument nmicro=0: out of range %(1 to 1048576%)", err)
+    assert.matches("argument nmicro=0: out of range %(1 to 65536%)", err)
     code, _, err = h.cli { "sim", "algorithms/allreduce_ring.lua", "ranks=2", "--depth", "0" }
     assert.equal(2, code)
     assert.matches("%-%-depth 0: out of range %(1 to 1024%)", err)

@@ -68,3 +68,58 @@ describe("resccl repl", function()
     assert.equal(2, code)
   end)
 end)
+
+describe("outputs", function()
+  local dir
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir))
+    h.write(dir .. "/x.lua", h.read "algorithms/allgather_ring.lua")
+    h.write(dir .. "/r.xml", h.read "spec/fixtures/import/ring_ag4.xml")
+    h.write(dir .. "/t.lua", h.read "spec/fixtures/topo_uniform.lua")
+    assert(os.execute(("ln %s/x.lua %s/hard.lua && ln -s x.lua %s/soft.lua"):format(dir, dir, dir)))
+  end)
+  teardown(function() os.execute("rm -r " .. dir) end)
+
+  it("never name an input: refused before any work, the input as it was", function()
+    local x, r, t = dir .. "/x.lua", dir .. "/r.xml", dir .. "/t.lua"
+    local before = { [x] = h.read(x), [r] = h.read(r), [t] = h.read(t) }
+    local dot = dir .. "/./x.lua"
+    for _, case in ipairs {
+      { { "compile", x, "--plan", x }, x }, { { "compile", x, "--plan", dot }, dot },
+      { { "compile", x, "--plan", dir .. "/hard.lua" }, dir .. "/hard.lua" },
+      { { "compile", x, "--plan", dir .. "/soft.lua" }, dir .. "/soft.lua" },
+      { { "compile", dir .. "/soft.lua", "--plan=" .. x }, x },
+      { { "import", r, "-o", r }, r }, { { "import", r, "--output", r }, r },
+      { { "export", x, "--msccl-xml", x }, x },
+      { { "sim", x, "--svg", x }, x }, { { "sim", x, "--trace", x }, x },
+    } do
+      local code, out, err = h.cli(case[1])
+      assert.equal(2, code)
+      assert.equal("", out)
+      assert.equal(("resccl: %s: is the input; refusing to overwrite it\n"):format(case[2]), err)
+    end
+    local code, _, err = h.cli { "sim", x, "topo=" .. t, "--svg", t }
+    assert.equal(2, code)
+    assert.equal(("resccl: %s: is the topology file (topo=); refusing to overwrite it\n"):format(t), err)
+    for path, text in pairs(before) do assert.equal(text, h.read(path)) end
+    -- another file is written
+    assert.equal(0, (h.cli { "compile", x, "--plan", dir .. "/x.plan" }))
+    assert.matches("^resccl%-plan ", h.read(dir .. "/x.plan"))
+    -- and is no algorithm
+    code, _, err = h.cli { "run", dir .. "/x.plan" }
+    assert.equal(1, code)
+    assert.equal(("resccl: %s/x.plan:1: a resccl plan file (resccl compile --plan), which libresccl and "
+      .. "resccl-bench load; not an algorithm\n"):format(dir), err)
+  end)
+end)
+
+describe("arguments", function()
+  it("name their bound: the simulator's micro-batches", function()
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "nmicro=1048576" }
+    assert.equal(2, code)
+    assert.matches("^resccl: argument nmicro=1048576: an integer from 1 to 65536 expected\n", err)
+    assert.equal(65536, require("resccl.core").sim_max_micro)
+  end)
+end)

@@ -33,6 +33,13 @@ describe("core.program", function()
     assert.matches("ranks must be 1..1024, got 0", h.pcall_err(core.program, { collective = "allgather", ranks = 0 }))
     assert.matches("program field 'chunks' must be an integer",
       h.pcall_err(core.program, { collective = "allgather", ranks = 2, chunks = "x" }))
+    -- a name is one word: it reaches the emitted code and the plan file
+    for _, bad in ipairs { "", "a b", "a*/b", "a\nb", "a]]b", "-a", "a\0b", "a\200b", ("n"):rep(64) } do
+      assert.matches("program name must be 1 to 63 letters, digits and '_.%+%-', not starting with '.%+%-'",
+        h.pcall_err(core.program, { name = bad, collective = "allgather", ranks = 2 }))
+    end
+    assert.equal("a.b+c-d_1", core.program({ name = "a.b+c-d_1", collective = "allgather", ranks = 2 }):info().name)
+    assert.equal("program", core.program({ collective = "allgather", ranks = 2 }):info().name)
   end)
 
   it("refuses buffers later stages cannot hold state for", function()
@@ -66,6 +73,13 @@ describe("core.program", function()
       h.pcall_err(p.xfer, p, 0, "input", 0, 1, "scratch", 2 ^ 31 - 1, 1, "copy", 0, "rs.lua:9"))
     assert.equal("rs.lua:9: chunk count 2147483647 must be 1..16777216",
       h.pcall_err(p.xfer, p, 0, "input", 0, 1, "scratch", 0, 2 ^ 31 - 1, "copy", 0, "rs.lua:9"))
+    -- a position is "file:line" with a decimal line; the file may hold colons
+    for _, bad in ipairs { "rs.lua", "rs.lua:", ":3", "rs.lua:3x", "rs.lua: 3", "rs.lua:-3", "rs.lua:99999999999" } do
+      assert.matches("bad argument #11 to '.-' %(\"file:line\" expected%)",
+        h.pcall_err(p.xfer, p, 0, "input", 0, 1, "output", 0, 1, "copy", 0, bad))
+    end
+    assert.equal("c:/a:b.xml:12: source rank 2 out of range (program has 2 ranks)",
+      h.pcall_err(p.xfer, p, 2, "input", 0, 0, "output", 0, 1, "copy", 0, "c:/a:b.xml:12"))
   end)
 
   it("keeps 256 file names at most, however many refused transfers name", function()

@@ -27,6 +27,42 @@ describe("resccl.algorithm", function()
       h.pcall_err(resccl.algorithm, { name = "x", collective = "broadcast", build = print }))
   end)
 
+  it("checks every key's value at the call's line: integers, ranges, the name's grammar", function()
+    local function def_err(k, v)
+      local def = { name = "x", collective = "allgather", build = print }
+      def[k] = v
+      return h.pcall_err(function() local alg = resccl.algorithm(def) return alg end)
+    end
+    local line = debug.getinfo(1, "l").currentline - 2 -- the resccl.algorithm call above
+    local at = "^spec/unit/dsl_spec.lua:" .. line .. ": "
+    assert.matches(at .. "key 'ranks' must be an integer from 1 to 1024, got 2.5$", def_err("ranks", 2.5))
+    assert.matches(at .. "key 'ranks' must be an integer from 1 to 1024, got 0$", def_err("ranks", 0))
+    assert.matches(at .. "key 'ranks' must be an integer from 1 to 1024, got %-?nan$", def_err("ranks", 0 / 0))
+    assert.matches(at .. "key 'chunks' must be an integer from 1 to 65536, got 1e%+100$", def_err("chunks", 1e100))
+    assert.matches(at .. "key 'chunks' must be an integer from 1 to 65536, got 1.5$", def_err("chunks", 1.5))
+    assert.matches(at .. "key 'chunks' must be a number or function, got string$", def_err("chunks", "2"))
+    for _, k in ipairs { "collective", "description" } do
+      assert.matches(at .. "key '" .. k .. "' must be a string, got table$", def_err(k, {}))
+    end
+    assert.matches(at .. "key 'inplace' must be a boolean, got number$", def_err("inplace", 1))
+    assert.matches(at .. "key 'supports' must be a function, got boolean$", def_err("supports", true))
+    assert.matches(at .. "key 'params' must be a table, got string$", def_err("params", "n=1"))
+    -- names: one word of at most 63 bytes; nothing that could end a comment or a line
+    for _, bad in ipairs { "", "a b", "a*/b", "a\nb", "a]]b", "--a", "a\0b", "a\255b", ".a", ("n"):rep(64) } do
+      assert.matches(at .. "key 'name' must be 1 to 63 letters, digits and '_.+-', not starting with '.+-'$",
+        def_err("name", bad))
+    end
+    for _, good in ipairs { "allreduce_ring", "ring-2.1+x", "_", ("n"):rep(63) } do
+      assert.equal(good, resccl.algorithm { name = good, collective = "allgather", build = print }.name)
+    end
+    -- and where a wrong value used to fail inside resccl: at the script's line
+    local err = h.pcall_err(function()
+      local alg = resccl.algorithm { name = "x", collective = "allgather", build = print, ranks = 2.5 }
+      return alg
+    end)
+    assert.matches("^spec/unit/dsl_spec.lua:%d+: key 'ranks' must be an integer", err)
+  end)
+
   it("defaults alltoall to out-of-place only", function()
     assert.is_false(resccl.algorithm { name = "a", collective = "alltoall", build = print }.inplace)
   end)
@@ -64,6 +100,31 @@ describe("builder", function()
     assert.matches("bad argument #2 to 'transfer' %(integer expected, got float%)", err)
   end)
 
+  it("reads nothing from fields a script changes, and names the script's line for a bad self", function()
+    -- the builder's sizes and a ref's place are the DSL's own
+    local prog = program(function(a)
+      local r = a:chunk(0, "input", 0)
+      r.count, r.rank, r.buf, r.a = 2.5, "x", {}, 5
+      a.ranks, a.chunks, a.gpn, a.collective = "x", 2.5, 0, "alltoall"
+      r:copy(1, "output", 0)
+      assert(a:node(5) == 1 and a:local_rank(5) == 1 and a:rank(1, 1) == 5)
+      a:transfer(1, 0, 0, 1, "recv")
+    end, { topo = "a100:2x4" })
+    assert.equal(1 + 8 + 1, prog:info().transfers) -- the copy, the placement copies, the transfer
+    local line = debug.getinfo(1, "l").currentline
+    for i, build in ipairs {
+      function(a) a.transfer({}, 0, 1, 0, 0, "recv") end,
+      function(a) a:chunk(0, "input", 0).copy({}, 1) end,
+      function(a) a:chunk(0, "input", 0):reduce({}) end,
+      function(a) a:node "x" end,
+    } do
+      local want = ({ "calling 'transfer' on bad self %(a builder expected%)",
+        "calling 'copy' on bad self %(a chunk expected%)", "bad argument #1 to 'reduce' %(chunk expected%)",
+        "bad argument #1 to 'node' %(integer expected, got string%)" })[i]
+      assert.matches("^spec/unit/dsl_spec.lua:" .. line + 1 + i .. ": " .. want .. "$", h.pcall_err(program, build))
+    end
+  end)
+
   it("reports out-of-range ranks and chunks from C at the caller's line", function()
     local err = h.pcall_err(program, function(a) a:transfer(0, 9, 0, 0, "recv") end)
     assert.matches("dsl_spec.lua:%d+: destination rank 9 out of range %(program has 4 ranks%)", err)
@@ -75,7 +136,7 @@ describe("builder", function()
     local err = h.pcall_err(program, function(a) a:chunk(0, "input", 0):copy(1, "output", 0) end, { ranks = 64 },
       { chunks = 65536 })
     assert.matches("dsl_spec.lua:%d+: 64 ranks of 65536 chunks per block make 272629760 input and output chunks", err)
-    err = h.pcall_err(program, print, { ranks = 4 }, { chunks = 100000 })
+    err = h.pcall_err(program, print, { ranks = 4 }, { chunks = function() return 100000 end })
     assert.matches("^[^:]*dsl_spec.lua:%d+: chunks must be 1..65536, got 100000$", err)
   end)
 
@@ -207,6 +268,61 @@ describe("resccl.load", function()
     assert.equal("1.5", string.format("%.1f", 1.5))
     assert.is_function(table.concat)
     assert.is_function(math.floor)
+  end)
+
+  it("gives scripts no core object, and no string.dump", function()
+    -- everything a script reaches from its builder and its refs is Lua data and the DSL's functions
+    local path = os.tmpname()
+    h.write(path, [[return resccl.algorithm { name = "g", collective = "allgather",
+      build = function(a)
+        local seen, found = {}, {}
+        local function walk(v, at)
+          if type(v) == "userdata" then found[#found + 1] = at end
+          if type(v) ~= "table" or seen[v] then return end
+          seen[v] = true
+          for k, x in pairs(v) do walk(x, at .. "." .. tostring(k)) end
+          local mt = getmetatable(v)
+          if mt then walk(mt, at .. "<mt>") end
+        end
+        walk(a, "a")
+        walk(a:chunk(0, "input", 0):copy(1, "output", 0), "ref")
+        walk(_G, "_G")
+        error(("x %d %s %s %s %s"):format(#found, table.concat(found, " "), a.program, a._prog, a.transfer))
+      end }]])
+    local alg = resccl.load(path)
+    local err = h.pcall_err(alg.program, alg, { ranks = 2 })
+    os.remove(path)
+    assert.matches("x 0  nil nil function", err)
+    assert.matches("x nil nil nil$", script_err "error(('x %s %s %s'):format(string.dump, ('').dump, resccl.builder_program))")
+    assert.is_function(string.dump) -- the host's stays
+    -- a builder records nothing before its build, nor once it is over
+    local want = ":%d: a builder records transfers only while its algorithm's build runs$"
+    h.write(path, [[return resccl.algorithm { name = "g", collective = "allgather", build = print,
+      supports = function(a) a:transfer(0, 1, 0, 0, "recv") return true end }]])
+    alg = resccl.load(path)
+    assert.matches(want:format(2), h.pcall_err(alg.program, alg, { ranks = 2 }))
+    h.write(path, [[local kept
+      return resccl.algorithm { name = "g", collective = "allgather", build = function(a)
+        if kept then kept:chunk(0, "input", 0):copy(1, "output", 0) end
+        kept = a
+        a:transfer(0, 1, 0, 0, "recv")
+      end }]])
+    alg = resccl.load(path)
+    assert.equal(3, alg:program({ ranks = 2 }):info().transfers)
+    err = h.pcall_err(alg.program, alg, { ranks = 2 })
+    os.remove(path)
+    assert.matches(want:format(3), err)
+  end)
+
+  it("refuses a plan file as a script, saying what it is", function()
+    local alg = resccl.load "algorithms/allgather_ring.lua"
+    local prog, topo = alg:program { ranks = 2 }
+    local path = os.tmpname()
+    h.write(path, assert(resccl.compile(prog, topo)):artifact())
+    local err = h.pcall_err(resccl.load, path)
+    os.remove(path)
+    assert.equal(path .. ":1: a resccl plan file (resccl compile --plan), which libresccl and resccl-bench load; "
+      .. "not an algorithm", err)
   end)
 
   it("names a script that raises no message", function()

@@ -367,8 +367,7 @@ static int section(Rd *r, PfSection *p) {
   if (version != RX_PLAN_VERSION) return r->line--, fail(r, "resccl-plan", "version %d, not %d: compile the plan again", version, RX_PLAN_VERSION);
   if (!line(r, "name", "name", &a, &eol)) return 0;
   if (eol - a < 2 || eol - a > 64 || a[0] != ' ' ||
-      (memcpy(p->name, a + 1, (size_t)(eol - a - 1)), p->name[eol - a - 1] = '\0', !rx_name_ok(p->name)) ||
-      strlen(p->name) != (size_t)(eol - a - 1))
+      !rx_name_ok(a + 1, (size_t)(eol - a - 1)) || (memcpy(p->name, a + 1, (size_t)(eol - a - 1)), p->name[eol - a - 1] = '\0', 0))
     return fail(r, "name", "not one word of letters, digits and _.+- (at most 63 bytes)");
   r->s = eol + 1, r->line++;
   if (!word(r, "collective", colls, &coll) || !word(r, "placement", places, &p->inplace)) return 0;

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < ns; i++) {
       const PfSection *p = &s[i];
       int ok = ns >= 1 && p->src && p->nranks >= 1 && p->nranks <= RX_MAXRANKS && p->chunks >= 1 && p->maxcnt >= 1 &&
-               p->maxcnt <= p->chunks && rx_name_ok(p->name) && p->nceflags <= p->nce && p->ncounters <= p->nce;
+               p->maxcnt <= p->chunks && rx_name_ok(p->name, strlen(p->name)) && p->nceflags <= p->nce && p->ncounters <= p->nce;
       for (int r = 0; ok && r < p->nranks; r++) ok = p->ntb[r] >= 0;
       for (int c = 0; ok && c < p->nconn; c++)
         ok = p->csrc[c] >= 0 && p->csrc[c] < p->nranks && p->cdst[c] >= 0 && p->cdst[c] < p->nranks;

@@ -26,8 +26,9 @@ local M = {}
 -- Tried in this order; JSON formats are told apart by their keys.
 local FORMATS = { "msccl_xml", "taccl_json", "teccl_json", "mscclpp_json" }
 
--- Largest ranks x (input + output) chunks an import may describe.
-local MAX_LOCATIONS = 1 << 22
+-- Largest ranks x (input + output) chunks an import may describe, and
+-- chunks per block (core.program's bound).
+local MAX_LOCATIONS, MAX_CHUNKS = 1 << 22, 1 << 16
 
 local function readfile(path)
   local f, err = io.open(path, "rb")
@@ -144,6 +145,20 @@ function M.claims(path)
   return head:match "^\239?\187?\191?%s*[<{]" ~= nil
 end
 
+--- A file's name for an algorithm, as resccl.algorithm{} takes it: bytes
+--- other than letters, digits and '_.+-' become '_', as does a first '.+-',
+--- cut at 63 bytes; an empty one comes from the file's name.
+---@param name string|nil the file's own name for it
+---@param path string
+---@return string
+function M.algorithm_name(name, path)
+  local function word(s) return (s:sub(1, 63):gsub("[^A-Za-z0-9_.+-]", "_"):gsub("^[.+-]", "_")) end
+  if name and name ~= "" then return word(name) end
+  local base = path:match "([^/]*)$"
+  base = base:gsub("%.[^.]*$", "")
+  return base ~= "" and word(base) or "imported"
+end
+
 --- Import text in the given (or detected) format.
 ---@param text string
 ---@param path string
@@ -165,6 +180,7 @@ function M.from_text(text, path, format)
     end
   end
   local imp = mod.import(text, path)
+  imp.name = M.algorithm_name(imp.name, path)
   local moved = 0 -- transfers other than placement copies (steps -1 and 2^30)
   for _, x in ipairs(imp.xfers) do
     if x.step >= 0 and x.step < 1 << 30 then moved = moved + 1 end
@@ -173,6 +189,10 @@ function M.from_text(text, path, format)
   -- The core keeps state per rank and chunk; refuse sizes no real file has.
   local per = imp.chunks * ((imp.collective == "allreduce") and 2 or (imp.collective == "alltoall") and 2 * imp.ranks
     or imp.ranks + 1)
+  if imp.chunks > MAX_CHUNKS then
+    error(("%s:%d: %d chunks per block, more than resccl handles (%d)"):format(path, imp.line or 1, imp.chunks,
+      MAX_CHUNKS), 0)
+  end
   if imp.ranks * per > MAX_LOCATIONS then
     error(("%s:%d: %d ranks with %d chunks per block make %d buffer chunks, more than resccl handles (%d)"):format(
       path, imp.line or 1, imp.ranks, imp.chunks, imp.ranks * per, MAX_LOCATIONS), 0)
@@ -200,7 +220,7 @@ function M.algorithm(imp)
     chunks = imp.chunks,
     inplace = imp.inplace,
     build = function(a)
-      local prog = a:program()
+      local prog = resccl.builder_program(a)
       for _, x in ipairs(imp.xfers) do
         local first, n = prog:xfer(x.src, x.sbuf, x.sidx, x.dst, x.dbuf, x.didx, x.cnt, x.op, x.step,
           ("%s:%d"):format(imp.path, x.line or 0))
@@ -233,7 +253,15 @@ end
 
 -- ---------------------------------------------------------- ReSCCLang out
 
-local function lua_string(s) return ("%q"):format(s) end
+-- Text from the input in the Lua written, as one line of printable ASCII:
+-- control bytes, bytes above 127, '"' and '\' become \ddd escapes. In a
+-- "..." literal it reads back as the same bytes; in a -- comment it ends
+-- nothing and starts no line.
+local function lua_text(s)
+  return (tostring(s):gsub('[%c"\\\128-\255]', function(c) return ("\\%03d"):format(c:byte()) end))
+end
+
+local function lua_string(s) return '"' .. lua_text(s) .. '"' end
 
 --- Write an import record as an editable ReSCCLang program (chunk style).
 ---@param imp table
@@ -242,9 +270,9 @@ function M.to_lua(imp)
   local o = {}
   local function w(fmt, ...) o[#o + 1] = fmt:format(...) end
   local base = imp.path:match "([^/]+)$"
-  w("-- %s: %s on %d ranks, %d chunk%s per block, %d transfers.", imp.name, imp.collective, imp.ranks, imp.chunks,
-    imp.chunks == 1 and "" or "s", #imp.xfers)
-  w("-- Imported from %s (%s) by `resccl import`; edit freely.", imp.path, imp.format)
+  w("-- %s: %s on %d ranks, %d chunk%s per block, %d transfers.", lua_text(imp.name), lua_text(imp.collective),
+    imp.ranks, imp.chunks, imp.chunks == 1 and "" or "s", #imp.xfers)
+  w("-- Imported from %s (%s) by `resccl import`; edit freely.", lua_text(imp.path), imp.format)
   w("-- Each line is one transfer, in an order that respects the original's")
   w("-- dependencies; the comment gives the original's line and operation.")
   w("-- resccl reschedules it (HPDS) and allocates its own thread blocks.")
@@ -265,12 +293,13 @@ function M.to_lua(imp)
       else w("    -- round %d", round) end
     end
     local n = x.cnt > 1 and (", " .. x.cnt) or ""
-    local note = ("  -- %s:%d %s"):format(base, x.line or 0, x.what or "")
+    local note = ("  -- %s:%d %s"):format(lua_text(base), x.line or 0, lua_text(x.what or ""))
     if x.op == "reduce" then
-      w("    a:chunk(%d, %q, %d%s):reduce(a:chunk(%d, %q, %d%s))%s", x.dst, x.dbuf, x.didx, n, x.src, x.sbuf, x.sidx, n,
-        note)
+      w("    a:chunk(%d, %s, %d%s):reduce(a:chunk(%d, %s, %d%s))%s", x.dst, lua_string(x.dbuf), x.didx, n, x.src,
+        lua_string(x.sbuf), x.sidx, n, note)
     else
-      w("    a:chunk(%d, %q, %d%s):copy(%d, %q, %d)%s", x.src, x.sbuf, x.sidx, n, x.dst, x.dbuf, x.didx, note)
+      w("    a:chunk(%d, %s, %d%s):copy(%d, %s, %d)%s", x.src, lua_string(x.sbuf), x.sidx, n, x.dst,
+        lua_string(x.dbuf), x.didx, note)
     end
   end
   w("  end,")
