@@ -1,10 +1,11 @@
-# resccl: `make run` runs the default job, `make test` runs every test.
+# resccl: `make run` runs the default job, `make test` runs every test but the slow ones
+# (exhaustive sweeps, every dtype through nvcc and NVRTC, long fuzzing), `make test-slow` those.
 # Both install missing Debian packages first and build with CMake.
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN ?= algorithms/allreduce_ring.lua
 
-.PHONY: all deps build run test clean install bench
+.PHONY: all deps build run test test-slow clean install bench
 
 all: build
 
@@ -19,7 +20,10 @@ run: build
 	$(BUILD)/resccl run $(RUN)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+test-slow: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
 
 bench: build
 	tools/compile-bench $(BUILD)/resccl

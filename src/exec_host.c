@@ -140,6 +140,27 @@ static void *ce_worker(void *arg) {
   return NULL;
 }
 
+/*
+** Compiled units outlive their plans, for the life of the process, in a
+** directory of their own named by a hash of the compiler and the unit's
+** source: plans that emit the same code for a unit (--tb state and conn
+** often do, and so do hpds and rr) compile it once. A unit is reused only
+** when its saved source is, byte for byte, the one asked for. Past
+** UNIT_CACHE_BYTES of source the directory starts over; exit removes it.
+*/
+#define UNIT_CACHE_BYTES ((size_t)32 << 20)
+static char unit_dir[32];
+static size_t unit_bytes;
+
+static void unit_cache_remove(void) {
+  if (!*unit_dir) return;
+  char rm[64];
+  snprintf(rm, sizeof rm, "rm -rf '%s'", unit_dir);
+  if (system(rm) != 0) { /* leftover temp files are harmless */
+  }
+  *unit_dir = '\0', unit_bytes = 0;
+}
+
 static int write_file(const char *path, const char *s, size_t n) {
   FILE *f = fopen(path, "w");
   if (!f) return 0;
@@ -147,41 +168,84 @@ static int write_file(const char *path, const char *s, size_t n) {
   return fclose(f) == 0 && ok;
 }
 
+/* Does the file hold exactly s[0..n)? */
+static int same_file(const char *path, const char *s, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  char b[8192];
+  size_t k, at = 0;
+  int same = 1;
+  while (same && (k = fread(b, 1, sizeof b, f)) > 0) same = at + k <= n && !memcmp(b, s + at, k), at += k;
+  fclose(f);
+  return same && at == n;
+}
+
+/* The unit cache's directory, with the headers the units include. */
+static rcStatus unit_cache_open(Err *e) {
+  static int registered;
+  if (unit_bytes > UNIT_CACHE_BYTES) unit_cache_remove();
+  if (*unit_dir) return RC_OK;
+  strcpy(unit_dir, "/tmp/resccl-cc-XXXXXX");
+  if (!mkdtemp(unit_dir)) return *unit_dir = '\0', err_set(e, RC_EEXEC, "cannot create a temporary directory");
+  if (!registered) registered = atexit(unit_cache_remove) == 0;
+  static const char *const headers[] = {"tile.h", "host.h"}; /* host.h includes tile.h */
+  for (int i = 0; i < 2; i++) {
+    const char *text = tpl_text(headers[i]);
+    char path[64];
+    snprintf(path, sizeof path, "%s/%s", unit_dir, headers[i]);
+    if (!text || !write_file(path, text, strlen(text))) {
+      unit_cache_remove();
+      return err_set(e, RC_EEXEC, "cannot write %s", path);
+    }
+  }
+  return RC_OK;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
 /*
-** Write the host program and compile it into a shared object: the ranks are
-** spread over a few translation units compiled side by side (the compiler,
-** not the run, dominates at 32 ranks), plus one holding the rank table.
+** Write the host program and compile it into a shared object in dir: the
+** ranks are spread over a few translation units compiled side by side (the
+** compiler, not the run, dominates at 32 ranks), plus one holding the rank
+** table; units compiled before come from the cache.
 */
 static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir, void **dl, Err *e) {
   if (!pl->verified) return err_set(e, RC_EINVAL, "plan %s is not verified; refusing to emit", pl->prog->name);
   const char *cc = o->cc ? o->cc : getenv("CC") ? getenv("CC") : "cc";
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int R = pl->prog->nranks, nunits = R < ncpu ? R : ncpu < 1 ? 1 : ncpu > 8 ? 8 : (int)ncpu;
-  char path[700];
-  Buf cmd, src;
-  buf_init(&cmd), buf_init(&src);
+  RC_CHECK(unit_cache_open(e));
+  char path[700], stem[64];
+  Buf cmd, link, src;
+  buf_init(&cmd), buf_init(&link), buf_init(&src);
   rcStatus rc = RC_OK;
-  static const char *const headers[] = {"tile.h", "host.h"}; /* host.h includes tile.h */
-  for (int i = 0; i < 2 && rc == RC_OK; i++) {
-    const char *text = tpl_text(headers[i]);
-    snprintf(path, sizeof path, "%s/%s", dir, headers[i]);
-    if (!text || !write_file(path, text, strlen(text))) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
-  }
-  for (int u = 0; u <= nunits && rc == RC_OK; u++) {
+  /* Every unit by name, so that one that failed to compile fails the link (a bare wait returns 0). */
+  buf_printf(&link, "wait && %s -shared -o '%s/program.so'", cc, dir);
+  for (int u = 0; u <= nunits; u++) {
     src.n = 0;
     buf_puts(&src, "#include \"host.h\"\n");
     if (u < nunits)
       for (int r = u; r < R; r += nunits) emit_rank(pl, r, EMIT_HOST, &src);
     else
       emit_table(pl, 1, &src);
-    snprintf(path, sizeof path, "%s/unit%d.c", dir, u);
-    if (!write_file(path, src.s, src.n)) rc = err_set(e, RC_EEXEC, "cannot write %s", path);
-    buf_printf(&cmd, "%s -std=gnu11 -O0 -fPIC -c -o '%s/unit%d.o' '%s' 2>>'%s/cc.log' & ", cc, dir, u, path, dir);
+    uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ull, cc, strlen(cc) + 1), src.s, src.n);
+    snprintf(stem, sizeof stem, "%s/%016llx-unit%d", unit_dir, (unsigned long long)h, u);
+    buf_printf(&link, " '%s.o'", stem);
+    snprintf(path, sizeof path, "%s.o", stem);
+    int cached = access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s.c", stem);
+    if (cached && same_file(path, src.s, src.n)) continue;
+    if (!write_file(path, src.s, src.n)) {
+      rc = err_set(e, RC_EEXEC, "cannot write %s", path);
+      break;
+    }
+    unit_bytes += src.n;
+    buf_printf(&cmd, "%s -std=gnu11 -O0 -fPIC -c -o '%s.o' '%s' 2>>'%s/cc.log' & ", cc, stem, path, dir);
   }
-  /* Every unit by name, so that one that failed to compile fails the link (a bare wait returns 0). */
-  buf_printf(&cmd, "wait && %s -shared -o '%s/program.so'", cc, dir);
-  for (int u = 0; u <= nunits; u++) buf_printf(&cmd, " '%s/unit%d.o'", dir, u);
-  buf_printf(&cmd, " 2>>'%s/cc.log'", dir);
+  buf_printf(&cmd, "%s 2>>'%s/cc.log'", link.s, dir);
   if (rc == RC_OK && system(cmd.s) != 0) {
     char first[400] = "";
     snprintf(path, sizeof path, "%s/cc.log", dir);
@@ -193,7 +257,7 @@ static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir,
     }
     rc = err_set(e, RC_EEXEC, "compiling the emitted program failed (%s): %s", cc, first);
   }
-  buf_free(&cmd), buf_free(&src);
+  buf_free(&cmd), buf_free(&link), buf_free(&src);
   if (rc != RC_OK) return rc;
   snprintf(path, sizeof path, "%s/program.so", dir);
   *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);

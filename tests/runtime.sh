@@ -2,7 +2,12 @@
 # libresccl through its C API (tests/test_runtime.c).
 #   runtime.sh RESCCL TEST_RUNTIME build   plans build with NVRTC for sm_90: all-reduce at 512
 #                                          threads, reduce-scatter at 1024 (nvcc_emit.sh
-#                                          compiles every algorithm; NVRTC is the runtime's path)
+#                                          compiles every algorithm; NVRTC is the runtime's path);
+#                                          every dtype's data movers in the copy-engine
+#                                          reduce-scatter (nvcc_emit.sh builds them at 512), the
+#                                          f32 movers only in the others (-DRX_DTYPES: the movers
+#                                          are most of a build)
+#   runtime.sh RESCCL TEST_RUNTIME build-all   every dtype in every plan (label slow)
 #   runtime.sh RESCCL TEST_RUNTIME run     the collectives on the GPUs (RANKS=N, default
 #                                          max(2, GPUs); more ranks than GPUs share them)
 # Exits 77 (skipped) where there is no GPU (run).
@@ -11,7 +16,7 @@ bin=$1 test=$2 mode=$3
 src=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ "$mode" = build ]; then
+if [ "$mode" = build ] || [ "$mode" = build-all ]; then
   export RESCCL_CACHE="$tmp/cache" # build for real, not from an earlier run
   for name in allreduce_ring reducescatter_ring; do
     alg=$src/algorithms/$name.lua
@@ -27,7 +32,10 @@ if [ "$mode" = build ]; then
   # a ring all-reduce whose kernels put too (RX_PROGRAM_BEGIN(2, 2))
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --pull --plan "$tmp/allreduce-ring-pull.plan"
   # Bad plan files are refused by the reader alone (tests/test_planfile.c).
-  exec "$test" build "$tmp"/*.plan
+[ "$mode" = build-all ] && exec "$test" build "$tmp"/*.plan
+  RESCCL_NVRTC_OPTIONS=-DRX_DTYPES=0x80 "$test" build "$tmp/allreduce_ring.plan" "$tmp/reducescatter_ring.plan" \
+    "$tmp/allgather-ce.plan" "$tmp/allreduce-ce.plan" "$tmp/allreduce-pull.plan" "$tmp/allreduce-ring-pull.plan"
+  exec "$test" build "$tmp/reducescatter-ce.plan"
 fi
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c GPU || true)
 [ "${ngpu:-0}" -ge 1 ] || { echo "no GPU: runtime tests skipped"; exit 77; }

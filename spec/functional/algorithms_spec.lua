@@ -3,7 +3,9 @@
 -- executed on the host executor with real data and checked against a
 -- reference computed from the collective's definition; merged TBs with the
 -- smallest FIFOs they allow (two tiles). (sweep_spec.lua runs the default
--- configuration at every count from 2 to 32.)
+-- configuration at every count from 2 to 32.) `make test` runs 3 and 8 ranks,
+-- and a100:3x2 and a100:4x4 for the hierarchical ones; the other cases are
+-- tagged #slow (`make test-slow`).
 local resccl = require "resccl"
 
 local ALGS = require("helper").algorithms
@@ -14,6 +16,7 @@ local LARGE = { { ranks = 16 } }
 local NODES = { { topo = "a100:2x2" }, { topo = "a100:3x2" }, { topo = "a100:2x4" }, { topo = "a100:4x4" } }
 
 local function label(args) return args.topo or ("ranks=" .. args.ranks) end
+local FAST = { ["ranks=3"] = true, ["ranks=8"] = true, ["a100:3x2"] = true, ["a100:4x4"] = true }
 
 -- Build a program, or nil when the algorithm does not support the topology.
 local function build(alg, args)
@@ -49,7 +52,7 @@ for _, name in ipairs(ALGS) do
     end
     for _, c in ipairs(cases) do
       local args, full = c[1], c[2]
-      it(label(args), function()
+      it(label(args) .. (FAST[label(args)] and "" or " #slow"), function()
         local prog, topo = build(alg, args)
         if not prog then return end
         local placements = alg.inplace and { false, true } or { false }

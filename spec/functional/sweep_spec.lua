@@ -2,6 +2,8 @@
 -- verified (both placements), and the emitted code executed on real data.
 -- The hierarchical ones run on a100 nodes of 2, 4 or 8 GPUs where the count
 -- allows, else on one flat node. 1024 ranks compile-only: tools/compile-bench.
+-- `make test` runs 2, 7 and 12 ranks; the other counts are tagged #slow
+-- (`make test-slow`).
 local resccl = require "resccl"
 
 local ALGS = require("helper").algorithms
@@ -15,11 +17,18 @@ local function args_for(name, n)
   return { ranks = n }
 end
 
+local FAST, REST = {}, {}
+for n = 2, 32 do
+  local counts = (n == 2 or n == 7 or n == 12) and FAST or REST
+  counts[#counts + 1] = n
+end
+
 for _, name in ipairs(ALGS) do
   local alg = resccl.load("algorithms/" .. name .. ".lua")
-  it(name .. " at 2..32 ranks", function()
-    local ran = 0
-    for n = 2, 32 do
+  local function sweep(counts)
+    local ran, powers = 0, 0
+    for _, n in ipairs(counts) do
+      if n & (n - 1) == 0 then powers = powers + 1 end
       local ok, prog, topo = pcall(alg.program, alg, args_for(name, n))
       if ok then
         for _, inplace in ipairs(alg.inplace and { false, true } or { false }) do
@@ -34,6 +43,9 @@ for _, name in ipairs(ALGS) do
         assert.matches("does not support", prog)
       end
     end
-    assert.is_true(ran >= (name == "allreduce_rd" and 5 or 31))
-  end)
+    -- recursive doubling takes powers of two, the others every count
+    assert.is_true(ran >= (name == "allreduce_rd" and powers or #counts))
+  end
+  it(name .. " at 2, 7 and 12 ranks", function() sweep(FAST) end)
+  it(name .. " at the other counts up to 32 #slow", function() sweep(REST) end)
 end

@@ -103,6 +103,39 @@ describe("core.program", function()
     assert.matches("exec +FAILED: compiling the emitted program failed %(.-%): unit0: refused", out)
   end)
 
+  it("compiles a unit once per process, whatever plans emit it", function()
+    -- --tb state and conn place a ring all-gather alike: the second plan only links
+    local log, cc, input = os.tmpname(), os.tmpname(), os.tmpname()
+    local f = assert(io.open(cc, "w"))
+    f:write(('#!/bin/sh\necho "$*" >>%s\nexec cc "$@"\n'):format(log))
+    f:close()
+    os.execute("chmod +x " .. cc)
+    local function run(tbs)
+      f = assert(io.open(input, "w"))
+      f:write 'prog, topo = resccl.load("algorithms/allgather_ring.lua"):program{ranks=4}\n'
+      for _, tb in ipairs(tbs) do
+        f:write(('print("wrong", resccl.compile(prog, topo, {tb="%s"}):exec{count=64}.wrong)\n'):format(tb))
+      end
+      f:close()
+      io.open(log, "w"):close()
+      local p = assert(io.popen(("CC=%s %s repl <%s 2>&1"):format(cc, h.bin, input)))
+      local out = p:read "a"
+      p:close()
+      assert.equal(#tbs, select(2, out:gsub("wrong\t0", "")), out)
+      local units, links = 0, 0
+      for l in io.lines(log) do
+        if l:match "^%-std=gnu11 .* %-c " then units = units + 1 end
+        if l:match "^%-shared " then links = links + 1 end
+      end
+      return units, links
+    end
+    local units, links = run { "state" }
+    assert.is_true(units >= 2)
+    assert.equal(1, links)
+    assert.same({ units, 2 }, { run { "state", "conn" } })
+    for _, path in ipairs { log, cc, input } do os.remove(path) end
+  end)
+
   it("names the chunk that recorded a transfer, as Lua names it", function()
     local p = core.program { collective = "allgather", ranks = 2 }
     local typed = load('local p = ... p:xfer(0, "input", 0, 1, "output", 99)', "=typed")
