@@ -318,7 +318,7 @@ describe("resccl.load", function()
     local alg = resccl.load "algorithms/allgather_ring.lua"
     local prog, topo = alg:program { ranks = 2 }
     local path = os.tmpname()
-    h.write(path, assert(resccl.compile(prog, topo)):artifact())
+    h.write(path, require("resccl.core").plan_file((assert(resccl.compile(prog, topo)))))
     local err = h.pcall_err(resccl.load, path)
     os.remove(path)
     assert.equal(path .. ":1: a resccl plan file (resccl compile --plan), which libresccl and resccl-bench load; "
