@@ -32,7 +32,7 @@ if [ "$mode" = build ] || [ "$mode" = build-all ]; then
   # a ring all-reduce whose kernels put too (RX_PROGRAM_BEGIN(2, 2))
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=2 --pull --plan "$tmp/allreduce-ring-pull.plan"
   # Bad plan files are refused by the reader alone (tests/test_planfile.c).
-[ "$mode" = build-all ] && exec "$test" build "$tmp"/*.plan
+  [ "$mode" = build-all ] && exec "$test" build "$tmp"/*.plan
   RESCCL_NVRTC_OPTIONS=-DRX_DTYPES=0x80 "$test" build "$tmp/allreduce_ring.plan" "$tmp/reducescatter_ring.plan" \
     "$tmp/allgather-ce.plan" "$tmp/allreduce-ce.plan" "$tmp/allreduce-pull.plan" "$tmp/allreduce-ring-pull.plan"
   exec "$test" build "$tmp/reducescatter-ce.plan"
