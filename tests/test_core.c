@@ -506,6 +506,17 @@ static void test_tb_merge(void **state) {
     }
 }
 
+/* The plan runs right on the host executor: f32 sums, 3 micro-batches,
+   FIFOs of two 64-byte slots. */
+static void exec_ok(Plan *pl, int direct) {
+  Err e;
+  ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
+                .timeout_ms = 5000, .direct = direct};
+  ExecResult r;
+  assert_int_equal(exec_host(pl, &x, &r, &e), RC_OK);
+  assert_int_equal(r.nwrong, 0);
+}
+
 /* A TB of direct receives only waits: on two ranks it takes the all-gather's
    own-chunk copy first, and the send reads the input; the plan then runs
    right with puts and through FIFOs. On three ranks the receives forward,
@@ -535,13 +546,7 @@ static void test_tb_lend(void **state) {
     }
     assert_int_equal(copies, n == 2 ? 2 : 0);
     assert_int_equal(cs, n == 2 ? 0 : n);
-    for (int direct = 0; direct < 2; direct++) {
-      ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
-                    .timeout_ms = 5000, .direct = direct};
-      ExecResult r;
-      assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
-      assert_int_equal(r.nwrong, 0);
-    }
+    for (int direct = 0; direct < 2; direct++) exec_ok(&pl, direct);
     plan_free(&pl);
     topo_free(t);
     prog_free(p);
@@ -592,11 +597,7 @@ static void test_tb_pull(void **state) {
     assert_int_equal(pl.npulls, 2);
     assert_int_equal(pl.nputs, 2);
     check_waits(&pl);
-    ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
-                  .timeout_ms = 5000, .direct = 1};
-    ExecResult r;
-    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
-    assert_int_equal(r.nwrong, 0);
+    exec_ok(&pl, 1);
     plan_free(&pl);
   }
   topo_free(t);
@@ -618,11 +619,7 @@ static void test_ce_verify(void **state) {
   assert_int_equal(pl.nce, 2);
   for (int i = 0; i < pl.nce; i++) assert_int_equal(pl.ce[i].cnt, 2);
   check_waits(&pl);
-  ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
-                .timeout_ms = 5000, .direct = 1};
-  ExecResult r;
-  assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
-  assert_int_equal(r.nwrong, 0);
+  exec_ok(&pl, 1);
   plan_free(&pl);
   topo_free(t);
   prog_free(p);
