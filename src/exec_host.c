@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "fnv.h"
 #include "../kernels-templates/host.h"
 
 /* Do both ends of a transfer move the same number of elements in every micro-batch? */
@@ -201,11 +202,6 @@ static rcStatus unit_cache_open(Err *e) {
   return RC_OK;
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
-
 /*
 ** Write the host program and compile it into a shared object in dir: the
 ** ranks are spread over a few translation units compiled side by side (the
@@ -231,7 +227,7 @@ static rcStatus load_program(const Plan *pl, const ExecOpts *o, const char *dir,
       for (int r = u; r < R; r += nunits) emit_rank(pl, r, EMIT_HOST, &src);
     else
       emit_table(pl, 1, &src);
-    uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ull, cc, strlen(cc) + 1), src.s, src.n);
+    uint64_t h = fnv1a(fnv1a(FNV_BASIS, cc, strlen(cc) + 1), src.s, src.n);
     snprintf(stem, sizeof stem, "%s/%016llx-unit%d", unit_dir, (unsigned long long)h, u);
     buf_printf(&link, " '%s.o'", stem);
     snprintf(path, sizeof path, "%s.o", stem);

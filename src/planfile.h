@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fnv.h"
+
 /* Changes whenever the header or the vocabulary does (9: the body alone,
    checked; a digest). */
 #define RX_PLAN_VERSION 9
@@ -108,12 +110,8 @@ static inline int rx_name_ok(const char *s, size_t n) {
   return 1;
 }
 
-/* The digest (FNV-1a, 64 bits): it finds a file cut short, edited or
-   damaged since resccl wrote it; it is no signature. */
-static inline uint64_t rx_digest(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
+/* The digest (FNV-1a, fnv.h): it finds a file cut short, edited or damaged
+   since resccl wrote it; it is no signature. */
+static inline uint64_t rx_digest(const char *s, size_t n) { return fnv1a(FNV_BASIS, s, n); }
 
 #endif

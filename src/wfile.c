@@ -1,5 +1,5 @@
 /*
-** wfile.c — a file written whole or not at all (wfile.h).
+** wfile.c — a file written whole or not at all, and one read whole (wfile.h).
 */
 #include <errno.h>
 #include <stdio.h>
@@ -31,4 +31,29 @@ int wfile_write(const char *path, const void *data, size_t n, mode_t mode) {
   }
   free(tmp);
   return err;
+}
+
+char *wfile_read(const char *path, size_t max, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t len = 0, cap = 0, got;
+  int err = 0;
+  do {
+    if (len == cap) {
+      char *t = cap > max ? NULL : realloc(buf, (cap = cap ? 2 * cap : 1 << 16) + 1);
+      if (!t) {
+        err = cap > max ? EFBIG : ENOMEM;
+        break;
+      }
+      buf = t;
+    }
+    len += got = fread(buf + len, 1, cap - len, f);
+  } while (got);
+  if (!err && ferror(f)) err = EIO;
+  if (!err && len > max) err = EFBIG;
+  fclose(f);
+  if (err) return free(buf), errno = err, NULL;
+  buf[len] = '\0', *n = len;
+  return buf;
 }

@@ -1,6 +1,7 @@
 /*
 ** wfile.h — a file written whole or not at all, for the CLI's outputs
-** (l_init.c) and the runtime's cubin cache (runtime/kernels.c). Plain C.
+** (l_init.c) and the runtime's cubin cache (runtime/kernels.c), and a file
+** read whole (the cache, plan files). Plain C.
 */
 #ifndef RESCCL_WFILE_H
 #define RESCCL_WFILE_H
@@ -13,5 +14,10 @@
    over path. 0, or the errno of the failure; then path is as it was and
    nothing is left behind. */
 int wfile_write(const char *path, const void *data, size_t n, mode_t mode);
+
+/* The file at path, whole, in a malloc'd buffer with a NUL after it, its
+   size in *n; NULL with errno set where it cannot be read or holds more
+   than max bytes (EFBIG). */
+char *wfile_read(const char *path, size_t max, size_t *n);
 
 #endif

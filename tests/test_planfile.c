@@ -19,20 +19,16 @@
 
 #include "runtime.h"
 #include "../planfile.h"
+#include "../wfile.h"
 
 static const char *dir;
 
 static char *slurp(const char *name) {
   char path[512];
+  size_t n;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  static char buf[1 << 20];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  char *s = malloc(n + 1);
-  memcpy(s, buf, n + 1);
+  char *s = wfile_read(path, 1 << 20, &n);
+  assert_non_null(s);
   return s;
 }
 

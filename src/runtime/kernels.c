@@ -14,13 +14,8 @@
 #include <time.h>
 
 #include "runtime.h"
+#include "../fnv.h"
 #include "../wfile.h"
-
-static uint64_t fnv1a(const char *s, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-  return h;
-}
 
 /* Where the cubin of (src, options, arch) is cached, or "" for nowhere (no
    cache directory, or a path too long). NVRTC's version is part of the key:
@@ -38,21 +33,8 @@ static void cache_path(char *out, size_t n, const char *src, int arch, const cha
   mkdir(dir, 0755);
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
-  uint64_t h = fnv1a(src, strlen(src)) ^ fnv1a(options, strlen(options)) * 31 ^ (uint64_t)(major * 1000 + minor) << 48;
+  uint64_t h = fnv1a(FNV_BASIS, src, strlen(src)) ^ fnv1a(FNV_BASIS, options, strlen(options)) * 31 ^ (uint64_t)(major * 1000 + minor) << 48;
   if ((size_t)snprintf(out, n, "%s/%016llx-sm_%d.cubin", dir, (unsigned long long)h, arch) >= n) *out = '\0';
-}
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = len > 0 ? malloc((size_t)len) : NULL;
-  if (b && fread(b, 1, (size_t)len, f) != (size_t)len) free(b), b = NULL;
-  fclose(f);
-  *n = b ? (size_t)len : 0;
-  return b;
 }
 
 /* The cubin of `src` for sm_<arch>, blocks of `threads` and `dtypes`: from
@@ -73,7 +55,7 @@ resccl_result_t rt_cubin(const char *src, int arch, int threads, unsigned dtypes
   snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
   cache_path(cached, sizeof cached, src, arch, extra);
   /* A cached file that is not a cubin (cut short, or not ours) is built again and replaced. */
-  if (*cached && (*cubin = slurp(cached, n))) {
+  if (*cached && (*cubin = wfile_read(cached, SIZE_MAX, n))) {
     if (*n > 4 && !memcmp(*cubin, "\x7f" "ELF", 4)) return resccl_success;
     free(*cubin);
   }

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -28,6 +29,7 @@
 #include "group.h"
 #include "runtime.h"
 #include "../setting.h"
+#include "../wfile.h"
 #include "../../kernels-templates/cuda_abi.h"
 #include "../../kernels-templates/tile.h"
 
@@ -368,31 +370,15 @@ resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *er
 
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout) {
   *out = NULL, *nout = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return rt_fail(resccl_system_error, "%s: cannot open", path);
-  char *text = NULL;
-  size_t n = 0, cap = 0, got;
-  do {
-    if (n == cap) {
-      char *t = cap < PF_MAXFILE ? realloc(text, cap = cap ? 2 * cap : 1 << 16) : NULL;
-      if (!t) {
-        free(text), fclose(f);
-        return cap >= PF_MAXFILE ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
-                              : rt_fail(resccl_system_error, "out of memory");
-      }
-      text = t;
-    }
-    n += got = fread(text + n, 1, cap - n, f);
-  } while (got);
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) return free(text), rt_fail(resccl_system_error, "%s: cannot read", path);
-  char err[1024];
+  size_t n;
+  char *text = wfile_read(path, PF_MAXFILE, &n), err[1024];
+  if (!text)
+    return errno == EFBIG ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
+                          : rt_fail(resccl_system_error, "%s: cannot read (%s)", path, strerror(errno));
   int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
   free(text);
   return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);
 }
-
 
 /* RESCCL_TRACE=FILE: the last call's events of every block, appended as
    lines `gpu placement block rank tb chan slice prim m kind begin end sm`
