@@ -10,7 +10,7 @@ RUN ?= algorithms/allreduce_ring.lua
 all: build
 
 deps:
-	@tools/install-deps.sh
+	@tools/dev/install-deps.sh
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -26,7 +26,7 @@ test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
 
 bench: build
-	tools/compile-bench $(BUILD)/resccl
+	tools/dev/compile-bench $(BUILD)/resccl
 
 install: build
 	cmake --install $(BUILD)

@@ -519,7 +519,7 @@ describe("bad input", function()
 end)
 
 describe("golden dumps", function()
-  -- Regenerate with tools/update-golden after an intended change.
+  -- Regenerate with tools/dev/update-golden after an intended change.
   local cases = {
     { "allgather_ring_4", { "algorithms/allgather_ring.lua", "ranks=4" }, { "dag", "sched", "lower", "tb" } },
     { "allreduce_hm_2x2", { "algorithms/allreduce_hm.lua", "topo=a100:2x2" }, { "sched", "tb" } },

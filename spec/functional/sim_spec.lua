@@ -130,7 +130,7 @@ describe("resccl sim", function()
     assert.is_true(math.abs(r.sim.time_us - want) < 0.01 * want)
   end)
 
-  it("calibrates a topology back from the times it simulated (tools/calibrate)", function()
+  it("calibrates a topology back from the times it simulated (tools/paper/calibrate)", function()
     -- times from h200:2 with alpha 5 us and a 300 GB/s link, ours on 16 channels; the fit must find them
     local tmp = os.tmpname()
     local topo = tmp .. ".lua"
@@ -148,7 +148,7 @@ describe("resccl sim", function()
     end
     f:close()
     local build = h.bin:gsub("/resccl$", "")
-    local p = assert(io.popen(("RESCCL_BUILD=%s tools/calibrate %s algorithms/allreduce_ring.lua h200:2 ranks=2 " ..
+    local p = assert(io.popen(("RESCCL_BUILD=%s tools/paper/calibrate %s algorithms/allreduce_ring.lua h200:2 ranks=2 " ..
       "--channels 16 2>&1"):format(build, csv)))
     local out = p:read "a"
     p:close()

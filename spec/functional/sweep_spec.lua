@@ -1,7 +1,7 @@
 -- Every shipped algorithm at every rank count it supports from 2 to 32:
 -- verified (both placements), and the emitted code executed on real data.
 -- The hierarchical ones run on a100 nodes of 2, 4 or 8 GPUs where the count
--- allows, else on one flat node. 1024 ranks compile-only: tools/compile-bench.
+-- allows, else on one flat node. 1024 ranks compile-only: tools/dev/compile-bench.
 -- `make test` runs 2, 7 and 12 ranks; the other counts are tagged #slow
 -- (`make test-slow`).
 local resccl = require "resccl"

@@ -3,12 +3,12 @@
 # label gpu), every shipped algorithm and every dtype x op on the GPUs
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
-# peer (tools/probe-push.cu), what reading the peer's input gives (tools/probe-pull.cu),
-# what a block reduces (tools/probe-reduce.cu), what adding at the destination
-# gives (tools/probe-red.cu) and the benchmarks (on two GPUs or more, NCCL
+# peer (tools/probes/probe-push.cu), what reading the peer's input gives (tools/probes/probe-pull.cu),
+# what a block reduces (tools/probes/probe-reduce.cu), what adding at the destination
+# gives (tools/probes/probe-red.cu) and the benchmarks (on two GPUs or more, NCCL
 # beside them, and the copy engine against the blocks below 64 MiB; on one
 # GPU, a call's fixed cost, on virtual ranks in graphs).
-#   tools/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
+#   tools/gpu/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
 #                                    LANES parallel lanes for the virtual-rank checks
 # Where the machine has no Lua, carry Debian's liblua5.4 debs in .deps/debs
 # (`apt-get download liblua5.4-0 liblua5.4-dev`); they are unpacked to /opt/lua.
@@ -16,8 +16,8 @@ set -u
 out=${1:-${OUT:-/tmp/gpu-check}}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."
-. tools/lua-env.sh
+cd "$(dirname "$0")/../.."
+. tools/gpu/lua-env.sh
 t0=$(date +%s)
 took() { echo "($1: $(($(date +%s) - t0)) s since start)"; }
 nvidia-smi -L | tee "$out/gpus.txt"
@@ -142,7 +142,7 @@ fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks
 
-# What 4 to 32 blocks push to the peer, by what each does per byte (tools/probe-push.cu).
+# What 4 to 32 blocks push to the peer, by what each does per byte (tools/probes/probe-push.cu).
 if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; then
   { build-gpu/probe-push 1024 512 && build-gpu/probe-push 1024 1024; } >"$out/probe-push.txt" 2>&1
   case $? in 0 | 77) r=ran ;; *) r=FAILED fail=1 ;; esac
@@ -150,21 +150,21 @@ if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-push ]; th
   echo "probe-push: $r"
   took probe-push
 fi
-# What reading the peer's input gives a one-shot all-reduce, by size and blocks (tools/probe-pull.cu).
+# What reading the peer's input gives a one-shot all-reduce, by size and blocks (tools/probes/probe-pull.cu).
 if [ "${BENCH:-1}" = 1 ] && [ "$ngpu" -ge 2 ] && [ -x build-gpu/probe-pull ]; then
   build-gpu/probe-pull >"$out/probe-pull.txt" 2>&1 && r=PASS || { r=FAIL; fail=1; }
   cat "$out/probe-pull.txt"
   echo "probe-pull: $r"
   took probe-pull
 fi
-# What one block moves through its SM reducing locally (tools/probe-reduce.cu;
+# What one block moves through its SM reducing locally (tools/probes/probe-reduce.cu;
 # built for Hopper, sm_90).
 if [ "${BENCH:-1}" = 1 ] && [ -x build-gpu/probe-reduce ] &&
   [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)" = 9.0 ]; then
   build-gpu/probe-reduce 256 >"$out/probe-reduce.txt" 2>&1 || fail=1
   cat "$out/probe-reduce.txt"
   took probe-reduce
-  # Adding where the data lands (tools/probe-red.cu): locally, then into the peer.
+  # Adding where the data lands (tools/probes/probe-red.cu): locally, then into the peer.
   { build-gpu/probe-red 256 && { [ "$ngpu" -lt 2 ] || build-gpu/probe-red 256 peer; }; } >"$out/probe-red.txt" 2>&1 ||
     fail=1
   cat "$out/probe-red.txt"

@@ -3,7 +3,7 @@
 # it is missing. Run as root (or with sudo) on Debian 12 or later.
 set -eu
 pkgs="cmake make gcc libc6-dev pkgconf lua5.4 liblua5.4-dev lua-busted lua-cjson lua-expat libcmocka-dev libreadline-dev"
-# tools/install-deps.sh --fuzz adds what tools/fuzz/build.sh needs (libFuzzer).
+# tools/dev/install-deps.sh --fuzz adds what tools/fuzz/build.sh needs (libFuzzer).
 [ "${1:-}" = "--fuzz" ] && pkgs="$pkgs clang libclang-rt-dev"
 missing=""
 for p in $pkgs; do

@@ -1,5 +1,5 @@
 /*
-** probe.cuh — what tools/probe-reduce.cu and tools/probe-red.cu share: the
+** probe.cuh — what tools/probes/probe-reduce.cu and tools/probes/probe-red.cu share: the
 ** error check, a block's slice, a copy (or an add at the destination) with
 ** loads in flight, and Hopper's bulk copies (sm_90) through shared-memory
 ** stages that complete on mbarriers.

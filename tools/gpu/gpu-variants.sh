@@ -1,18 +1,18 @@
 #!/bin/sh
-# On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time
+# On a 2-GPU machine after tools/gpu/gpu-check.sh built build-gpu/: time
 # variants of the runtime's settings side by side with `resccl bench` (every
 # size checked), out-of-place busbw GB/s (COL=in: in place), NCCL's
 # out-of-place busbw from the same run last. A
 # variant is NAME|VAR=value,VAR=value[|bench arguments, comma-separated]
 # (RESCCL_* knobs, docs/runtime.md; arguments such as --tb,merge).
 #   VARIANTS='base| ch16|RESCCL_NCHANNELS=16 merge||--tb,merge' \
-#   SIZES='8M 64M 512M' tools/gpu-variants.sh [OUTDIR]
+#   SIZES='8M 64M 512M' tools/gpu/gpu-variants.sh [OUTDIR]
 set -u
 out=${1:-/tmp/gpu-variants}
 mkdir -p "$out"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bin=build-gpu/resccl
-. tools/lua-env.sh
+. tools/gpu/lua-env.sh
 variants=${VARIANTS:-'base|'}
 col=7
 [ "${COL:-out}" = in ] && col=11

@@ -1,4 +1,4 @@
-# Sourced by the GPU scripts (tools/gpu-*.sh): where the machine has no Lua,
+# Sourced by the GPU scripts (tools/gpu/gpu-*.sh): where the machine has no Lua,
 # the Debian liblua5.4 debs carried in .deps/debs are unpacked to /opt/lua
 # (`apt-get download liblua5.4-0 liblua5.4-dev`), and the compiler, the
 # loader and Lua are pointed there; $prefix is then CMake's arguments for it.

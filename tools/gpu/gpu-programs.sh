@@ -2,7 +2,7 @@
 # Run every ReSCCLang program of a folder on the GPU runtime with virtual ranks
 # (one GPU), both placements, state-based and merged TBs, each run bounded in
 # time; one line per run: PASS, FAIL (its error) or TIMEOUT.
-#   tools/gpu-programs.sh DIR [resccl run arguments...]
+#   tools/gpu/gpu-programs.sh DIR [resccl run arguments...]
 # The programs come from anywhere, e.g. random correct collectives:
 #   for s in $(seq 1 200); do lua5.4 tools/fuzz/plans.lua --show $s > out/fz/s$s.lua; done
 # Env: BIN (build-gpu/resccl), LIMIT (seconds a run may take, 120: NVRTC
@@ -10,7 +10,7 @@
 # machine), COUNT (1441440: whole chunks for up to 16 ranks and 24 chunks a
 # block), TIMEOUT_MS (10000: a stuck collective reports itself after it).
 set -u
-dir=${1:?usage: tools/gpu-programs.sh DIR [resccl run arguments...]}
+dir=${1:?usage: tools/gpu/gpu-programs.sh DIR [resccl run arguments...]}
 shift
 bin=${BIN:-build-gpu/resccl}
 pass=0 bad=0

@@ -6,7 +6,7 @@
 # unit (kind 2) as "slice". With `blocks`: one line per block instead (its
 # SM, first begin, last end, time in primitives and in waits of both kinds,
 # primitives run), slowest last.
-#   tools/trace-summary.sh TRACE [PLACEMENT] [blocks]     PLACEMENT: out (default) or in
+#   tools/gpu/trace-summary.sh TRACE [PLACEMENT] [blocks]     PLACEMENT: out (default) or in
 set -u
 if [ "${3:-}" = blocks ]; then
   awk -v want="${2:-out}" '

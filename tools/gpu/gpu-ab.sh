@@ -1,16 +1,16 @@
 #!/bin/sh
-# On a 2-GPU machine after tools/gpu-check.sh built build-gpu/: time this
+# On a 2-GPU machine after tools/gpu/gpu-check.sh built build-gpu/: time this
 # tree against another (OLD, a source tree, e.g. `git archive REV | tar -x -C
 # out/old` here, carried along), alternating old and new REPS times on one
 # machine, so that drift between runs cancels. Out-of-place busbw GB/s of
 # `resccl bench` (every size checked), one line per run.
-#   ALGS='allreduce_ring' SIZES='1M 8M' REPS=2 tools/gpu-ab.sh OLD [OUTDIR]
+#   ALGS='allreduce_ring' SIZES='1M 8M' REPS=2 tools/gpu/gpu-ab.sh OLD [OUTDIR]
 set -u
-old=${1:?usage: tools/gpu-ab.sh OLD_TREE [OUTDIR]}
+old=${1:?usage: tools/gpu/gpu-ab.sh OLD_TREE [OUTDIR]}
 out=${2:-/tmp/gpu-ab}
 mkdir -p "$out"
-cd "$(dirname "$0")/.."
-. tools/lua-env.sh
+cd "$(dirname "$0")/../.."
+. tools/gpu/lua-env.sh
 (cd "$old" && cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${prefix:-} &&
   cmake --build build-gpu -j "$(nproc)") >"$out/build-old.log" 2>&1 || { tail -20 "$out/build-old.log"; exit 1; }
 printf '%-20s %8s %4s %5s %10s %7s %10s %7s\n' collective bytes run tree out-busbw wrong in-busbw wrong

@@ -17,7 +17,7 @@
 ** The kernel is built for at most 512 or 1024 threads (the runtime's launch
 ** bounds), so at 1024 the x16 variant spills, as the runtime would.
 ** Prints GB/s per direction (the slower GPU). Built where nvcc is; run on a
-** machine with two GPUs (tools/gpu-check.sh runs it before the benchmarks).
+** machine with two GPUs (tools/gpu/gpu-check.sh runs it before the benchmarks).
 */
 #include <cuda_runtime.h>
 #include <stddef.h>
