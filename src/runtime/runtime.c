@@ -26,270 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "group.h"
-#include "runtime.h"
-#include "../setting.h"
+#include "objects.h"
 #include "../wfile.h"
 #include "../../kernels-templates/cuda_abi.h"
 #include "../../kernels-templates/tile.h"
 
-/* ------------------------------------------------------------ errors */
-
-static __thread char last_error[1024];
-static __thread int quiet; /* rt_fail records but does not print (resccl_call_supported) */
-
-int rt_debug_level(void) {
-  static int level = -1; /* RESCCL_DEBUG, read once */
-  if (level < 0) {
-    const char *d = getenv("RESCCL_DEBUG");
-    level = d && !strcmp(d, "TRACE") ? 2 : d && !strcmp(d, "INFO") ? 1 : 0;
-  }
-  return level;
-}
-
-resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
-  va_end(ap);
-  if (rt_debug_level() && !quiet) fprintf(stderr, "resccl WARN %s: %s\n", resccl_get_error_string(rc), last_error);
-  return rc;
-}
-
-resccl_result_t resccl_get_version(int *version) {
-  if (!version) return rt_fail(resccl_invalid_argument, "resccl_get_version: version is NULL");
-  *version = RESCCL_VERSION_CODE;
-  return resccl_success;
-}
-
-const char *resccl_get_error_string(resccl_result_t r) {
-  static const char *const names[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
-                                      "invalid argument", "invalid usage", "timeout: no progress", "in progress"};
-  return (unsigned)r < resccl_num_results ? names[r] : "unknown result code";
-}
-
-const char *resccl_get_last_error(void) { return last_error; }
-
-#define CU(call)                                                                                    \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess)                                                                          \
-      return rt_fail(resccl_unhandled_cuda_error, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_), \
-                     __FILE__, __LINE__);                                                           \
-  } while (0)
-
-/*
-** The driver API, reached through the CUDA runtime (cudart is linked
-** statically and loads the driver itself), so that libresccl loads on a
-** machine without a GPU driver and says so instead of failing to link.
-*/
-static struct {
-  CUresult (*load)(CUmodule *, const void *);
-  CUresult (*unload)(CUmodule);
-  CUresult (*function)(CUfunction *, CUmodule, const char *);
-  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                     void **, void **);
-  CUresult (*occupancy)(int *, CUfunction, int, size_t);
-  CUresult (*error_string)(CUresult, const char **);
-  CUresult (*write_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned); /* cuStreamWriteValue32 */
-  CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned);  /* cuStreamWaitValue32 */
-  CUresult (*copy)(CUdeviceptr, CUdeviceptr, size_t, CUstream); /* cuMemcpyAsync: 0.7 us less to queue than cudart's */
-} drv;
-
-static resccl_result_t drv_open(void) {
-  if (drv.launch) return resccl_success;
-  static const char *const names[] = {"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel",
-                                      "cuOccupancyMaxActiveBlocksPerMultiprocessor", "cuGetErrorString",
-                                      "cuStreamWriteValue32", "cuStreamWaitValue32", "cuMemcpyAsync"};
-  void **slots[] = {(void **)&drv.load,      (void **)&drv.unload,       (void **)&drv.function,
-                    (void **)&drv.launch,    (void **)&drv.occupancy,    (void **)&drv.error_string,
-                    (void **)&drv.write_value, (void **)&drv.wait_value, (void **)&drv.copy};
-  for (int i = 0; i < (int)(sizeof names / sizeof *names); i++) {
-    enum cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    if (cudaGetDriverEntryPointByVersion(names[i], &fn, 12000, cudaEnableDefault, &q) != cudaSuccess || !fn) {
-      drv.launch = NULL;
-      return rt_fail(resccl_unhandled_cuda_error, "the CUDA driver has no %s", names[i]);
-    }
-    *slots[i] = fn;
-  }
-  return resccl_success;
-}
-
-#define CUDRV(call)                                                                        \
-  do {                                                                                     \
-    CUresult e_ = (call);                                                                  \
-    if (e_ != CUDA_SUCCESS) {                                                              \
-      const char *s_ = "?";                                                                \
-      drv.error_string(e_, &s_);                                                           \
-      return rt_fail(resccl_unhandled_cuda_error, "%s: %s (%s:%d)", #call, s_, __FILE__, __LINE__); \
-    }                                                                                      \
-  } while (0)
-
-#define TRY(call)                          \
-  do {                                     \
-    resccl_result_t r_ = (call);           \
-    if (r_ != resccl_success) return r_;   \
-  } while (0)
-
-/* ------------------------------------------------------------ objects */
-
-enum { MAXDEV = 64 };
-
-/* One placement of a plan, as its plan file's section describes it, and what it holds per GPU. */
-typedef struct {
-  PfSection pf;
-  int nslots;         /* FIFO slots: RESCCL_SLOTS, or more where the plan needs them */
-  int nblk, nslice;   /* blocks per TB, slices of a tile */
-  size_t post_words;  /* words of each GPU's counters: micro-batches they hold x ncounters */
-  unsigned **ceflag;  /* per copy-engine flag: where it is (in its copy's source GPU) */
-  volatile int *stop; /* the group's stop flag as the GPUs see it */
-  struct {
-    CUmodule mod;
-    CUfunction fn;
-    RxRun *run;       /* device copy */
-    int nblocks;
-    cudaStream_t *ce; /* per GPU: the stream of this GPU's copies to it, NULL when none */
-    cudaEvent_t start, *ce_done; /* the copies' start on this GPU's stream; a copy stream's end */
-    CUfunction sync;  /* rx_ce_sync, and its count of barriers in this GPU's memory */
-    unsigned *word;
-    unsigned *flags;  /* the copy-engine flags of copies from this GPU */
-    int nflags;
-    unsigned *posts;  /* the counters of this GPU's kernel, grown with the micro-batches of a call */
-    unsigned long long *trace; /* RESCCL_TRACE: the blocks' events of the last call */
-    RxBlock *block;   /* the launch's blocks, in its memory (RxArgs.block) */
-    RxBlock *tab;     /* host copy of their tables, for the trace */
-    char *cubin;      /* its kernel, from build_kernels until loaded */
-  } dev[MAXDEV];
-  void **allocs;      /* every device allocation, for unloading */
-  int nallocs;
-  char **scratch;     /* per rank, grown on demand */
-  size_t *scratch_bytes;
-} Variant;
-
-typedef struct RtPlan {
-  char name[64], coll[32];
-  size_t lo, hi;      /* the calls it runs: [lo, hi] bytes (nccl-tests' size) */
-  Variant *v[2][3];   /* [inplace][form], where the file has it: form 1 makes copies on the copy engine and runs
-                         calls from RtConf.ce_from bytes, form 2 pulls and runs those from RtConf.pull_from below
-                         RtConf.pull_below that form 1 does not; form 0 the others */
-  RtConf conf;
-  struct RtPlan *next;
-} RtPlan;
-
-typedef struct {
-  int n, ndevs;
-  struct resccl_comm *comms;
-  int dev[MAXDEV];    /* the distinct CUDA devices, in order of first use */
-  RtPlan *plans;
-  int *stop;          /* mapped host memory: a kernel gave up waiting */
-  int live;           /* communicators not yet destroyed */
-  GqOpens open;       /* collectives some of whose ranks have launched */
-} Group;
-
-struct resccl_comm {
-  Group *g;
-  int rank, cudev, d;       /* d: index into g->dev */
-  unsigned long long calls; /* collectives launched (launch() matches ranks' calls by it) */
-};
-
 /* ------------------------------------------------------------ init */
-
-/* RtConf's settings, each a variable of a kind and range (setting.h):
-   rt_conf_env reads them, and rt_plan_load checks every RtConf against them
-   wherever its values came from (job.c's, from resccl run's arguments). */
-enum { NCHANNELS, SLICES, THREADS, SLOTS, SLOT_BYTES, TILE_BYTES, NMICRO, DIRECT, TIMEOUT, CE_FROM, PULL_FROM,
-       PULL_BELOW, NVARS };
-static const struct {
-  const char *name;
-  Setting s;
-} vars[NVARS] = {
-    [NCHANNELS] = {"RESCCL_NCHANNELS", {SET_INT, 0, 64}},
-    [SLICES] = {"RESCCL_SLICES", {SET_INT, 0, 16}},
-    [THREADS] = {"RESCCL_THREADS", {SET_INT, 0, 1024, 0, 32}},
-    [SLOTS] = {"RESCCL_SLOTS", {SET_INT, 1, INT_MAX}},
-    [SLOT_BYTES] = {"RESCCL_SLOT_BYTES", {SET_SIZE, 4096, 1 << 30, 0, 16}},
-    [TILE_BYTES] = {"RESCCL_TILE_BYTES", {SET_SIZE, 4096, 0x1p40}},
-    [NMICRO] = {"RESCCL_NMICRO", {SET_INT, 0, INT_MAX}},
-    [DIRECT] = {"RESCCL_DIRECT", {SET_BOOL, 0, 1}},
-    [TIMEOUT] = {"RESCCL_TIMEOUT", {SET_DURATION, 0, 1e9}}, /* a bare number counts seconds */
-    [CE_FROM] = {"RESCCL_CE_FROM", {SET_SIZE, 0, 0x1p53}},
-    [PULL_FROM] = {"RESCCL_PULL_FROM", {SET_SIZE, 0, 0x1p53}},
-    [PULL_BELOW] = {"RESCCL_PULL_BELOW", {SET_SIZE, 0, 0x1p53}},
-};
-
-/* Variable v into *x where it is set and not empty (else *x stays); refused with its message where it is bad. */
-static resccl_result_t env_get(int v, double *x) {
-  const char *text = getenv(vars[v].name);
-  char err[SETTING_ERR];
-  if (text && *text && setting_parse(vars[v].name, text, &vars[v].s, x, err))
-    return rt_fail(resccl_invalid_argument, "%s", err);
-  return resccl_success;
-}
-
-/* Element sizes and names (resccl's CLI's); the kernel's dtype and op codes are the API's (cuda_abi.h). */
-static const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-static const char *const dtype_name[resccl_num_types] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
-
-/* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0
-   where it names one that is not. */
-static unsigned env_dtypes(const char *v) {
-  unsigned m = 0;
-  for (const char *p = v; *p;) {
-    size_t n = strcspn(p, ",");
-    int d = 0;
-    while (d < resccl_num_types && !(strlen(dtype_name[d]) == n && !strncmp(p, dtype_name[d], n))) d++;
-    if (d == resccl_num_types) return 0;
-    m |= 1u << d, p += n + (p[n] == ',');
-  }
-  return m;
-}
-
-resccl_result_t rt_conf_env(RtConf *c) {
-  /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
-     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md).
-     Copy-engine forms from 64 MiB, and from 16 MiB where they leave no
-     block (a two-rank all-gather, an all-to-all): on 2xH200, once their
-     calls were queued by events, those moved 1.31-1.54x NCCL's busbw at
-     16-32 MiB with no block, launched one by one and in CUDA graphs, and
-     less than NCCL's 1.2x below (BENCHMARKS.md). RESCCL_CE_FROM sets both.
-     On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
-     than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
-     from 4 to 64 MiB and about as much at 128 MiB. Once the end of a pulling
-     call cost less, pulls took 10-18% less time than pushes at 1-2 MiB
-     (all-reduce), 9% less to 1% more (reduce-scatter) (BENCHMARKS.md). */
-  double x[NVARS] = {[SLICES] = RX_SLICES, [THREADS] = RT_THREADS, [SLOTS] = 4, [SLOT_BYTES] = RX_SLOT_BYTES,
-                     [TILE_BYTES] = RX_TILE_BYTES, [DIRECT] = 1, [TIMEOUT] = 60, [CE_FROM] = -1,
-                     [PULL_FROM] = 1 << 20, [PULL_BELOW] = 128 << 20};
-  for (int v = 0; v < NVARS; v++) TRY(env_get(v, &x[v]));
-  *c = (RtConf){.nchan = (int)x[NCHANNELS], .slices = (int)x[SLICES], .threads = (int)x[THREADS],
-                .nslots = (int)x[SLOTS], .slot_bytes = (size_t)x[SLOT_BYTES], .tile_bytes = (size_t)x[TILE_BYTES],
-                .nmicro = (int)x[NMICRO], .direct = (int)x[DIRECT], .timeout_s = x[TIMEOUT],
-                .ce_from = x[CE_FROM] < 0 ? (size_t)64 << 20 : (size_t)x[CE_FROM],
-                .ce_from_blockless = x[CE_FROM] < 0 ? (size_t)16 << 20 : (size_t)x[CE_FROM],
-                .pull_from = (size_t)x[PULL_FROM], .pull_below = (size_t)x[PULL_BELOW]};
-  c->trace = getenv("RESCCL_TRACE");
-  if (c->trace && !*c->trace) c->trace = NULL;
-  const char *d = getenv("RESCCL_DTYPES");
-  if (d && *d && !(c->dtypes = env_dtypes(d))) {
-    char shown[48];
-    snprintf(shown, sizeof shown, "%.40s%s", d, strlen(d) > 40 ? "..." : "");
-    return rt_fail(resccl_invalid_argument, "RESCCL_DTYPES=%s: not a list of dtypes (i8,u8,i32,u32,i64,u64,f16,f32,"
-                   "f64,bf16, separated by commas)", shown);
-  }
-  return resccl_success;
-}
-
-/* Every setting of c in its variable's range (rt_conf_env's are already). */
-static resccl_result_t conf_check(const RtConf *c) {
-  const double x[NVARS] = {c->nchan, c->slices, c->threads, c->nslots, (double)c->slot_bytes, (double)c->tile_bytes,
-                           c->nmicro, c->direct, c->timeout_s, (double)c->ce_from, (double)c->pull_from,
-                           (double)c->pull_below};
-  char err[SETTING_ERR];
-  for (int v = 0; v < NVARS; v++)
-    if (setting_check(vars[v].name, x[v], &vars[v].s, err)) return rt_fail(resccl_invalid_argument, "%s", err);
-  return resccl_success;
-}
 
 /* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
 static resccl_result_t peer_access(const Group *g) {
@@ -623,7 +365,6 @@ static void plan_unload(Group *g, RtPlan *p) {
 
 static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 
-typedef struct Call Call; /* one queued collective call (below) */
 /* The open group of the calling thread (NCCL's groups are per thread too);
    a call refused inside it fails the whole group at resccl_group_end. */
 static __thread struct {
@@ -836,17 +577,6 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
 
 /* ------------------------------------------------------------ calls */
 
-struct Call {
-  resccl_comm_t comm;
-  Variant *v;
-  RtPlan *plan;
-  char *buf[3];
-  size_t count, esize;
-  int nmicro, dtype, op;
-  cudaStream_t stream;
-  int nslice, turns;
-};
-
 static resccl_result_t launch(Call *calls, int n);
 
 resccl_result_t resccl_group_start(void) {
@@ -1000,12 +730,12 @@ resccl_result_t resccl_call_supported(const char *coll, const void *send, const 
   if (!coll || (strcmp(coll, "allreduce") && strcmp(coll, "allgather") && strcmp(coll, "reducescatter") &&
                 strcmp(coll, "alltoall")))
     return rt_fail(resccl_invalid_argument, "unknown collective %s", coll ? coll : "(null)");
-  quiet = 1; /* a question, not a failure */
+  rt_quiet(1); /* a question, not a failure */
   resccl_result_t rc = check_call(coll, dt, op, comm);
   RtPlan *p;
   Variant *v;
   if (rc == resccl_success && count > 0) rc = resolve(coll, count, dt, comm, in_place(coll, send, recv, count, dt, comm), &p, &v);
-  quiet = 0;
+  rt_quiet(0);
   return rc;
 }
 
@@ -1041,7 +771,7 @@ static resccl_result_t enqueue(const char *coll, const void *send, void *recv, s
   if (dev >= 0) cudaSetDevice(dev);
   if (rc != resccl_success && group.depth > 0 && group.error == resccl_success) {
     group.error = rc;
-    snprintf(group.why, sizeof group.why, "%s", last_error);
+    snprintf(group.why, sizeof group.why, "%s", resccl_get_last_error());
   }
   return rc;
 }
@@ -1359,3 +1089,4 @@ resccl_result_t resccl_all_to_all(const void *send, void *recv, size_t count, re
                                   resccl_stream_t stream) {
   return enqueue("alltoall", send, recv, count, dt, resccl_sum, comm, stream, send == recv);
 }
+
