@@ -126,6 +126,27 @@ typedef struct Call {
   int nslice, turns;
 } Call;
 
+/* ------------------------------------------------------------ variant.c */
+
+/* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
+resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf);
+/* Free v and what it holds, on the host and on g's GPUs. */
+void variant_free(Group *g, Variant *v);
+/* Device memory at *(void **)p, freed at unload (variant.c says when to pass `zero`). */
+resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, cudaStream_t *zero);
+/* RESCCL_TRACE: append v's blocks' events of its last call to the file at path (none: nothing). */
+void trace_write(Group *g, Variant *v, const char *path);
+
+/* ------------------------------------------------------------ plan.c */
+
+/* Unload plan p of group g: its trace written, its variants freed. */
+void plan_unload(Group *g, RtPlan *p);
+
+/* ------------------------------------------------------------ runtime.c */
+
+/* 1 while the calling thread's group is open (resccl_group_start). */
+int group_is_open(void);
+
 #pragma GCC visibility pop
 
 #endif

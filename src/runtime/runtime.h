@@ -82,7 +82,7 @@ typedef struct {
 /* The sections of a plan file's n bytes of text, each checked against its
    kernel; 0 with the first fault in err ("path:line: field: what"). */
 int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
-/* Read and parse the file at `path` (rt_fail's codes; runtime.c). */
+/* Read and parse the file at `path` (rt_fail's codes; plan.c). */
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout);
 void pf_free(PfSection *s);
 void pf_free_all(PfSection *s, int n);
