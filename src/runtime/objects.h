@@ -142,10 +142,24 @@ void trace_write(Group *g, Variant *v, const char *path);
 /* Unload plan p of group g: its trace written, its variants freed. */
 void plan_unload(Group *g, RtPlan *p);
 
-/* ------------------------------------------------------------ runtime.c */
+/* ------------------------------------------------------------ call.c */
 
 /* 1 while the calling thread's group is open (resccl_group_start). */
 int group_is_open(void);
+
+/* ------------------------------------------------------------ launch.c */
+
+/* Launch calls[0..n) (a group's, or one call): one kernel per (variant, GPU), holding every rank of that GPU. */
+resccl_result_t launch(Call *calls, int n);
+
+/* ------------------------------------------------------------ copyengine.c */
+
+/* Whether the collective whose first call is calls[k] orders its copies by events alone. */
+int ce_by_events(const Call *calls, int n, const int *first, int k);
+/* The copy-engine barrier on the stream of c's launch, before its copies (before 1) or after them. */
+resccl_result_t ce_sync(const Call *c, int before);
+/* The copy-engine copies of the collective whose first call is calls[i]. */
+resccl_result_t ce_copies(Call *calls, int n, const int *first, int i, int events);
 
 #pragma GCC visibility pop
 
