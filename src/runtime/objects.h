@@ -1,8 +1,22 @@
 /*
 ** objects.h — libresccl's objects on the GPUs, shared by its files: a group
 ** of communicators and the plans it loaded, a plan's placements (variants)
-** with what each holds per GPU, a queued call, and the CUDA driver's entry
-** points.
+** with what each holds per GPU, a queued call, the CUDA driver's entry
+** points, and the functions that pass them between the files.
+**
+** A group is the set of communicators one resccl_comm_init_all made
+** (comm.c); it owns the loaded plans. Loading a plan (plan.c) reads the plan
+** file, builds each placement's kernel for every GPU's arch, all at once
+** (kernels.c: NVRTC, cubins cached on disk), and allocates what lives as
+** long as the plan (variant.c): per connection and channel a FIFO in the
+** receiver's memory, per GPU the flags, the block tables and each block's
+** count of the calls it ran. A call (call.c) is checked, resolved to its
+** plan and form, and queued inside resccl_group_start/end; its launch
+** (launch.c) only fills the kernel argument (RxArgs,
+** kernels-templates/cuda_abi.h) and launches, one kernel per GPU for the
+** ranks sharing it, with copy-engine copies where the form has them
+** (copyengine.c). Calls are asynchronous, and a CUDA graph that captured one
+** replays it right (the kernels count the calls, not the host).
 */
 #ifndef RESCCL_OBJECTS_H
 #define RESCCL_OBJECTS_H

@@ -1,53 +1,13 @@
 /*
-** runtime.c — libresccl: communicators, plans and collective calls on GPUs
-** (API in include/resccl.h).
-**
-** A group is the set of communicators one resccl_comm_init_all made; it owns
-** the loaded plans. Loading a plan reads the plan file (src/artifact.c
-** writes it), builds each placement's kernel for every GPU's arch, all at
-** once (kernels.c: NVRTC, cubins cached on disk), and allocates what lives
-** as long as the plan: per connection and channel a FIFO in the receiver's
-** memory, per GPU the flags, the block tables and each block's count of the
-** calls it ran. A call only fills the kernel argument (RxArgs,
-** kernels-templates/cuda_abi.h) and launches: it is asynchronous, and a CUDA
-** graph that captured it replays it right (the kernels count the calls, not
-** the host). Inside resccl_group_start/end calls are queued and launched per
-** GPU together, so that ranks sharing a GPU run in one kernel.
+** comm.c — communicators: resccl_comm_init_all makes a group of them over
+** the GPUs listed, connected (transport.h); the queries; and destroying
+** them, whose last unloads the group's plans.
 */
-#define _GNU_SOURCE
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <errno.h>
-#include <limits.h>
-#include <math.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "objects.h"
-#include "../../kernels-templates/cuda_abi.h"
-#include "../../kernels-templates/tile.h"
-
-/* ------------------------------------------------------------ init */
-
-/* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
-static resccl_result_t peer_access(const Group *g) {
-  for (int a = 0; a < g->ndevs; a++) {
-    CU(cudaSetDevice(g->dev[a]));
-    for (int b = 0; b < g->ndevs; b++) {
-      if (a == b) continue;
-      int ok = 0;
-      CU(cudaDeviceCanAccessPeer(&ok, g->dev[a], g->dev[b]));
-      if (!ok) return rt_fail(resccl_invalid_usage, "GPU %d cannot reach GPU %d (no peer access)", g->dev[a], g->dev[b]);
-      cudaError_t e = cudaDeviceEnablePeerAccess(g->dev[b], 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CU(e);
-      cudaGetLastError();
-    }
-  }
-  return resccl_success;
-}
+#include "transport.h"
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
   if (!comms || ndev < 1) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: no communicators asked for");
@@ -75,7 +35,7 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
   }
   int dev = -1;
   cudaGetDevice(&dev);
-  resccl_result_t rc = peer_access(g);
+  resccl_result_t rc = p2p_connect(g);
   if (dev >= 0) cudaSetDevice(dev);
   if (rc == resccl_success && cudaHostAlloc((void **)&g->stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable))
     rc = rt_fail(resccl_unhandled_cuda_error, "resccl_comm_init_all: cannot allocate mapped host memory");
@@ -127,4 +87,3 @@ resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
   if (dev >= 0) cudaSetDevice(dev); /* the caller's, as NCCL leaves it */
   return resccl_success;
 }
-
