@@ -1,5 +1,5 @@
 /*
-** group.h — a group's queued calls (runtime.c's launch()): which calls of
+** group.h — a group's queued calls (launch.c's launch()): which calls of
 ** different ranks are one collective, and the order collectives launch in.
 ** No CUDA, so the rules are tested on the host (tests/test_group.c).
 */

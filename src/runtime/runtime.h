@@ -1,7 +1,10 @@
 /*
-** runtime.h — libresccl's internals shared by its files: the knobs a plan is
-** loaded with (from the environment for API users; set directly by the
-** executor behind `resccl run --gpu`, job.c) and the error helpers.
+** runtime.h — libresccl's internals that need no CUDA header, shared by its
+** files and by the tools that link the plan-file reader alone (tests/,
+** tools/fuzz/): the knobs a plan is loaded with (from the environment for
+** API users; set directly by the executor behind `resccl run --gpu`,
+** job.c), kernel builds, plan-file sections and the error helpers. The
+** objects on the GPUs are objects.h's.
 */
 #ifndef RESCCL_RUNTIME_H
 #define RESCCL_RUNTIME_H
@@ -79,7 +82,7 @@ typedef struct {
 /* The sections of a plan file's n bytes of text, each checked against its
    kernel; 0 with the first fault in err ("path:line: field: what"). */
 int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
-/* Read and parse the file at `path` (rt_fail's codes; runtime.c). */
+/* Read and parse the file at `path` (rt_fail's codes; plan.c). */
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout);
 void pf_free(PfSection *s);
 void pf_free_all(PfSection *s, int n);
@@ -90,6 +93,7 @@ const char *tpl_text(const char *name);
 resccl_result_t rt_fail(resccl_result_t rc, const char *fmt, ...);
 /* RESCCL_DEBUG: 0 off, 1 INFO, 2 TRACE (every launch too). */
 int rt_debug_level(void);
+
 #define INFO(...)                                  \
   do {                                             \
     if (rt_debug_level()) {                        \
@@ -97,5 +101,24 @@ int rt_debug_level(void);
       fputc('\n', stderr);                         \
     }                                              \
   } while (0)
+
+/* Return the failure of a call that fails. */
+#define TRY(call)                          \
+  do {                                     \
+    resccl_result_t r_ = (call);           \
+    if (r_ != resccl_success) return r_;   \
+  } while (0)
+
+/* What follows, and objects.h, stays inside libresccl (hidden): the library
+   exports the API and the internals above, which tests and tools link to. */
+#pragma GCC visibility push(hidden)
+/* 1: rt_fail records the message but does not print it (error.c). */
+void rt_quiet(int on);
+/* Element sizes and names (resccl's CLI's), per resccl_datatype_t (config.c). */
+extern const size_t dtype_size[resccl_num_types];
+extern const char *const dtype_name[resccl_num_types];
+/* Every setting of c in its variable's range (config.c; rt_conf_env's are already). */
+resccl_result_t conf_check(const RtConf *c);
+#pragma GCC visibility pop
 
 #endif

@@ -1,0 +1,186 @@
+/*
+** plan.c — plan files loaded into a group of communicators: read and
+** checked (planfile.c), every placement's kernel built for each GPU arch
+** at once (kernels.c) and set up on the GPUs (variant.c), then given its
+** sizes among the collective's loaded plans; unloading; and building a
+** plan file's kernels without a GPU (rt_plan_build).
+*/
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "objects.h"
+#include "../wfile.h"
+
+resccl_result_t pf_read(const char *path, PfSection **out, int *nout) {
+  *out = NULL, *nout = 0;
+  size_t n;
+  char *text = wfile_read(path, PF_MAXFILE, &n), err[1024];
+  if (!text)
+    return errno == EFBIG ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
+                          : rt_fail(resccl_system_error, "%s: cannot read (%s)", path, strerror(errno));
+  int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
+  free(text);
+  return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);
+}
+
+void plan_unload(Group *g, RtPlan *p) {
+  for (int i = 0; i < 6; i++) {
+    Variant *v = p->v[i / 3][i % 3];
+    trace_write(g, v, p->conf.trace), variant_free(g, v), gq_open_forget(&g->open, v);
+  }
+  free(p);
+}
+
+/* Every placement's kernel for every GPU arch of the group (Variant.dev[d].cubin),
+   built at once. */
+static resccl_result_t build_kernels(Group *g, RtPlan *p) {
+  int arch[MAXDEV], narch = 0, at[MAXDEV];
+  for (int d = 0; d < g->ndevs; d++) {
+    int major = 0, minor = 0;
+    CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, g->dev[d]));
+    CU(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, g->dev[d]));
+    for (at[d] = 0; at[d] < narch && arch[at[d]] != major * 10 + minor; at[d]++) {
+    }
+    if (at[d] == narch) arch[narch++] = major * 10 + minor;
+  }
+  RtBuild *b = calloc(6 * (size_t)narch, sizeof *b);
+  if (!b) return rt_fail(resccl_system_error, "out of memory");
+  int nb = 0;
+  for (int i = 0; i < 6; i++)
+    for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++)
+      b[nb++] = (RtBuild){.src = p->v[i / 3][i % 3]->pf.src, .arch = arch[k], .threads = p->conf.threads,
+                          .dtypes = p->conf.dtypes};
+  resccl_result_t rc = rt_build_all(b, nb);
+  for (int i = 0, j = 0; i < 6; i++)
+    for (int k = 0; k < narch && p->v[i / 3][i % 3]; k++, j++) {
+      Variant *v = p->v[i / 3][i % 3];
+      for (int d = 0; d < g->ndevs && rc == resccl_success; d++) {
+        if (at[d] != k) continue;
+        if (!(v->dev[d].cubin = malloc(b[j].n))) {
+          rc = rt_fail(resccl_system_error, "out of memory");
+          break;
+        }
+        memcpy(v->dev[d].cubin, b[j].cubin, b[j].n);
+      }
+      free(b[j].cubin);
+    }
+  free(b);
+  return rc;
+}
+
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
+  Group *g = comm->g;
+  PfSection *sec;
+  int nsec;
+  resccl_result_t rc = pf_read(path, &sec, &nsec);
+  if (rc != resccl_success) return rc;
+  RtPlan *p = calloc(1, sizeof *p);
+  if (!p) return pf_free_all(sec, nsec), rt_fail(resccl_system_error, "out of memory");
+  p->conf = *conf, p->lo = lo, p->hi = hi;
+  snprintf(p->name, sizeof p->name, "%s", sec[0].name), snprintf(p->coll, sizeof p->coll, "%s", sec[0].coll);
+  for (int i = 0; i < nsec && rc == resccl_success; i++) {
+    const PfSection *s = &sec[i];
+    if (strcmp(s->name, p->name) || strcmp(s->coll, p->coll))
+      rc = rt_fail(resccl_invalid_argument, "%s:%d: name: %s %s, but the file's first plan is %s %s", path, s->line,
+                   s->name, s->coll, p->name, p->coll);
+    else if (s->nranks != g->n)
+      rc = rt_fail(resccl_invalid_usage, "%s:%d: ranks: a plan for %d ranks, the communicator has %d", path, s->line,
+                   s->nranks, g->n);
+    /* A placement's first section runs the sizes the others leave; then
+       come its copy-engine form, its pulling form, or both. */
+    Variant **at = p->v[s->inplace];
+    int form = !at[0] ? 0 : s->nce ? 1 : s->pulls ? 2 : -1;
+    if (rc == resccl_success && (form < 0 || (form && at[form])))
+      rc = rt_fail(resccl_invalid_argument, "%s:%d: resccl-plan: a placement holds a first form, then at most one "
+                   "with copy-engine copies and one that pulls", path, s->line);
+    if (rc == resccl_success && !(at[form] = calloc(1, sizeof *at[form])))
+      rc = rt_fail(resccl_system_error, "out of memory");
+    if (rc == resccl_success) at[form]->pf = *s, memset(&sec[i], 0, sizeof *s); /* the variant owns it now */
+  }
+  pf_free_all(sec, nsec);
+  /* A loaded plan whose sizes reach past the new one's on both sides would be cut in two. */
+  for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next)
+    if (!strcmp(q->coll, p->coll) && q->lo < lo && q->hi > hi)
+      rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
+                   "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
+  if (!p->conf.threads) p->conf.threads = RT_THREADS;
+  if (rc == resccl_success) rc = build_kernels(g, p);
+  for (int i = 0; i < 6 && rc == resccl_success; i++)
+    if (p->v[i / 3][i % 3]) rc = variant_setup(g, p->v[i / 3][i % 3], &p->conf);
+  if (rc != resccl_success) return plan_unload(g, p), rc;
+  /* A new plan for a collective takes its sizes from the loaded ones: those
+     it covers go, the others keep the sizes on their side of it. */
+  for (RtPlan **q = &g->plans; *q;) {
+    RtPlan *old = *q;
+    if (strcmp(old->coll, p->coll) || old->hi < lo || hi < old->lo) {
+      q = &old->next;
+    } else if (lo <= old->lo && old->hi <= hi) {
+      *q = old->next;
+      for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
+      plan_unload(g, old);
+    } else {
+      if (old->lo < lo) old->hi = lo - 1;
+      else old->lo = hi + 1;
+      q = &old->next;
+    }
+  }
+  p->next = g->plans, g->plans = p;
+  INFO("loaded %s (%s, %zu to %zu bytes) from %s", p->name, p->coll, lo, hi, path);
+  return resccl_success;
+}
+
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
+  if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
+  if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
+  /* Queued calls point at the plans they run. */
+  if (group_is_open()) return rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
+  if (comm->g->open.n)
+    return rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
+                   "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
+  TRY(conf_check(conf));
+  int dev = -1;
+  cudaGetDevice(&dev);
+  resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
+  if (dev >= 0) cudaSetDevice(dev);
+  return rc;
+}
+
+resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
+  PfSection *sec;
+  int n;
+  resccl_result_t rc = pf_read(path, &sec, &n);
+  if (rc != resccl_success) return rc;
+  RtBuild *b = calloc((size_t)n, sizeof *b);
+  if (!b) return pf_free_all(sec, n), rt_fail(resccl_system_error, "out of memory");
+  for (int i = 0; i < n; i++) b[i] = (RtBuild){.src = sec[i].src, .arch = arch, .threads = threads ? threads : RT_THREADS};
+  rc = rt_build_all(b, n);
+  for (int i = 0; i < n; i++) free(b[i].cubin);
+  free(b), pf_free_all(sec, n);
+  return rc;
+}
+
+resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
+  return resccl_plan_load_range(comm, path, 0, SIZE_MAX);
+}
+
+resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes) {
+  RtConf c;
+  TRY(rt_conf_env(&c));
+  return rt_plan_load(comm, path, &c, min_bytes, max_bytes);
+}
+
+resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {
+  if (!comm || !coll || !blocks) return rt_fail(resccl_invalid_argument, "null argument");
+  *blocks = -1;
+  for (RtPlan *p = comm->g->plans; p; p = p->next)
+    for (int i = 0; i < 6 && !strcmp(p->coll, coll); i++) {
+      Variant *v = p->v[i / 3][i % 3];
+      if (v && v->pf.ntb[comm->rank] * v->nblk > *blocks) *blocks = v->pf.ntb[comm->rank] * v->nblk;
+    }
+  if (*blocks >= 0) return resccl_success;
+  *blocks = 0;
+  return rt_fail(resccl_invalid_usage, "no %s plan loaded", coll);
+}
