@@ -67,7 +67,7 @@ __device__ static inline unsigned long long rx_ld(const unsigned long long *p) {
 /* Fences for passing messages: release before a store that tells another
    block or GPU that data is there. No message here needs the sequentially
    consistent fence that __threadfence_system() is, which costs more
-   (BENCHMARKS.md). A wait where reads of another GPU's data follow polls
+   (docs/journal/gpu-2026-12-01.md). A wait where reads of another GPU's data follow polls
    with an acquiring load: LDG.STRONG.SYS and an L1 invalidation, where the
    fence after a plain poll is a MEMBAR.ALL.SYS too (up to 0.7 us a call). */
 __device__ static inline void rx_fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
@@ -229,7 +229,7 @@ __device__ static inline double rx_div(double a, int n) {
    double: the quotient rounded to nearest is off by less than 1/n while
    |a| < 2^24 (2^53), so it truncates to a / n. An integer division by a
    variable is about twenty instructions, and avg's made the i8 and u8
-   movers the slowest to build (BENCHMARKS.md). 64-bit ones divide. */
+   movers the slowest to build (docs/journal/gpu-2026-12-01.md). 64-bit ones divide. */
 #define RX_IDIV(T, F) \
   __device__ static inline T rx_div(T a, int n) { return (T)rx_div((F)a, n); }
 RX_IDIV(int8_t, float)
@@ -255,10 +255,10 @@ __device__ static inline int4 rx_ld16(const int4 *p) { return __ldcg(p); }
 
 /* 16-byte loads in flight per thread, for reductions (two operands) and
    copies. On 2xH200 a block reduces 32 GB/s of output with 8 (4 per
-   operand) and 40 with 16, what an SM moves at most (tools/probe-reduce.cu):
+   operand) and 40 with 16, what an SM moves at most (tools/probes/probe-reduce.cu):
    16 for reductions gained 11-15% on reduce-scatter from 128 MiB and 3-6%
    with the copy engine pushing, 16 for copies lost 7% on all-gather
-   (BENCHMARKS.md). 16 takes NVRTC about 1.4x as long. Blocks of 1024
+   (docs/journal/gpu-2026-11-30.md). 16 takes NVRTC about 1.4x as long. Blocks of 1024
    threads get 8, the same loads in flight a block: with 16 their 64
    registers a thread spilled, and a bf16 reduce-scatter fell from 269 to
    119 GB/s on one H200. -DRX_UNROLL=8 in RESCCL_NVRTC_OPTIONS asks for
@@ -357,7 +357,7 @@ template <int OP, int K> __device__ static inline void rx_apply(RxVec<uint8_t> (
    rx_op's float sum rounded again can differ in the last bit (rarely, and
    never on the checks' exact values); products are the same; max and min of
    a NaN give the other operand. Converting each element to float and
-   back, bf16 reduced 12% less per byte than f32 on one H200 (BENCHMARKS.md). */
+   back, bf16 reduced 12% less per byte than f32 on one H200 (docs/journal/gpu-2026-12-01.md). */
 template <int OP, typename P> __device__ static inline P rx_pair(P a, P b) {
   return OP == RX_PROD ? __hmul2(a, b) : OP == RX_MAX ? __hmax2(a, b) : OP == RX_MIN ? __hmin2(a, b) : __hadd2(a, b);
 }
@@ -616,7 +616,7 @@ __device__ static __noinline__ void rx_recv(RxCtx *x, int cin, int cout, int ubu
    its own. No fence before: the block did nothing yet, and what a peer may
    then read was written, and what it may write over was read, before this
    kernel began (stream order performs a kernel's memory operations before
-   the next starts); a fence here took 1500 cycles of the start (BENCHMARKS.md). */
+   the next starts); a fence here took 1500 cycles of the start (docs/journal/gpu-2026-12-01.md). */
 __device__ static inline void rx_started(RxCtx *x) {
   for (int p = (int)threadIdx.x; p < x->a->nranks; p += 32) ((volatile unsigned *)x->run->started[p])[x->rank] = x->call;
 }

@@ -25,7 +25,7 @@
 
 /* a / b, in 32 bits where both fit: a GPU divides 64-bit numbers in a long
    subroutine, and a block works out its tiles every unit (on 2xH200 that
-   cost 1-3.5 us per unit, BENCHMARKS.md). */
+   cost 1-3.5 us per unit, docs/journal/gpu-2026-12-01.md). */
 RX_TILE_FN size_t rx_udiv(size_t a, size_t b) {
 #ifdef __CUDACC__
   if (((a | b) >> 32) == 0) return (unsigned)a / (unsigned)b;
@@ -102,7 +102,7 @@ RX_TILE_FN size_t rx_piece(size_t n, size_t esize, size_t slot, int last, size_t
    moves tile / 4, so that mid sizes pipeline too, or `fixed` when nonzero.
    Not more: each micro-batch costs every block a handshake of about 5 us,
    and on 2xH200 at 16 MiB four micro-batches of tile / 8 moved 162 GB/s of
-   all-reduce where two moved 213 (BENCHMARKS.md, traced). That is for nblk
+   all-reduce where two moved 213 (docs/journal/gpu-2026-11-30.md, traced). That is for nblk
    blocks; cut into nslice slices instead (more than blocks, which they
    then share), a tile holds nslice / nblk times as many pieces, so there
    are that many times fewer. Then enough that every slice of a tile fits

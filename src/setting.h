@@ -1,7 +1,7 @@
 /*
 ** setting.h — one strict reader for resccl's settings: the RESCCL_*
 ** variables of the CLI (through core.setting, l_init.c) and of libresccl
-** (runtime/runtime.c), and the sizes the CLI and resccl-bench take. Plain C.
+** (runtime/config.c), and the sizes the CLI and resccl-bench take. Plain C.
 **
 ** A setting's text is an integer, a real, a size, a duration or a boolean,
 ** read whole: no space around it, nothing after it. Sizes are whole bytes,

@@ -64,17 +64,17 @@ static unsigned env_dtypes(const char *v) {
 
 resccl_result_t rt_conf_env(RtConf *c) {
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
-     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (BENCHMARKS.md).
+     per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (docs/journal/gpu-2026-11-30.md).
      Copy-engine forms from 64 MiB, and from 16 MiB where they leave no
      block (a two-rank all-gather, an all-to-all): on 2xH200, once their
      calls were queued by events, those moved 1.31-1.54x NCCL's busbw at
      16-32 MiB with no block, launched one by one and in CUDA graphs, and
-     less than NCCL's 1.2x below (BENCHMARKS.md). RESCCL_CE_FROM sets both.
+     less than NCCL's 1.2x below (docs/journal/gpu-2026-12-01.md). RESCCL_CE_FROM sets both.
      On 2xH200 a one-shot all-reduce whose 16 blocks pull moved 3-11% more
      than 32 pushing blocks from 2 to 8 MiB, and a reduce-scatter 1-19% more
      from 4 to 64 MiB and about as much at 128 MiB. Once the end of a pulling
      call cost less, pulls took 10-18% less time than pushes at 1-2 MiB
-     (all-reduce), 9% less to 1% more (reduce-scatter) (BENCHMARKS.md). */
+     (all-reduce), 9% less to 1% more (reduce-scatter) (docs/journal/gpu-2026-12-01.md). */
   double x[NVARS] = {[SLICES] = RX_SLICES, [THREADS] = RT_THREADS, [SLOTS] = 4, [SLOT_BYTES] = RX_SLOT_BYTES,
                      [TILE_BYTES] = RX_TILE_BYTES, [DIRECT] = 1, [TIMEOUT] = 60, [CE_FROM] = -1,
                      [PULL_FROM] = 1 << 20, [PULL_BELOW] = 128 << 20};

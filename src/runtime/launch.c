@@ -89,7 +89,7 @@ static resccl_result_t shape(Call *c, const Call *q, int n) {
      long enough for blocks to drift apart: at the tile's micro-batches a
      block would get at least 4 units of each entry per slice it has. On
      2xH200 turns gained 5-10% from 1 GiB and lost 6-7% at 32 MiB (2
-     micro-batches; BENCHMARKS.md). Smaller calls keep one slice per block.
+     micro-batches; docs/journal/gpu-2026-11-30.md). Smaller calls keep one slice per block.
      With turns a unit fills a slot (a tile of a slot per slice of each
      block): every unit costs a claim, a wait and fences, and 2 MiB units
      moved 5-10% more than 1 MiB from 512 MiB. */

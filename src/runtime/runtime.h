@@ -14,7 +14,7 @@
 /* Threads per block by default. On 2xH200, 1024 lost 2-13% on all-reduce and
    all-gather; reduce-scatter gained with it until the tile arithmetic moved to
    one thread, and now loses up to 12% below 32 MiB and is even above
-   (BENCHMARKS.md). */
+   (docs/journal/gpu-2026-11-30.md). */
 #define RT_THREADS 512
 
 typedef struct {

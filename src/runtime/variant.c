@@ -199,12 +199,12 @@ resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   /* A plan verified with connections that hold two tiles (--tb merge, hand-placed TBs) gets the slots for them. */
   v->nslots = v->pf.fifo_slots > cf->nslots ? v->pf.fifo_slots : cf->nslots;
   /* Channels: about 32 blocks on the busiest GPU (on 2xH200, 32 blocks moved
-     10-30% more than 24, BENCHMARKS.md), 16 where the copy engine makes
+     10-30% more than 24, docs/journal/gpu-2026-11-30.md), 16 where the copy engine makes
      copies: what is left to the blocks then reduces, and a ring all-reduce
      whose hops both go to the copy engine moved 367 GB/s at 256 MiB with 16
      blocks against 301-310 with 32, and as much from 1 GiB. 16 where blocks
      pull: a one-shot all-reduce moved as much with 16 as with 32 and 64
-     (tools/probe-pull.cu). Virtual ranks share theirs. */
+     (tools/probes/probe-pull.cu). Virtual ranks share theirs. */
   int maxtb = 1, budget = v->pf.nce || v->pf.pulls ? 16 : 32;
   for (int d = 0; d < g->ndevs; d++) {
     int tbs = 0;
