@@ -4,7 +4,8 @@
 **       -> plan            when every stage passed
 **       -> plan, msg, code when a stage failed (plan holds the stages before it)
 **       -> nil, msg, code  when nothing could be compiled
-**   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:schedule()
+**   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:sim{...}
+**   plan:schedule() plan:tbs()
 **   core.dtype(name), core.redop(name): the names plan:exec takes
 ** A Plan keeps its Program and Topo alive through user values.
 */
@@ -218,7 +219,7 @@ static int l_plan_exec(lua_State *L) {
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
   ExecOpts o = {.dtype = (Dtype)optname(L, 2, "dtype", "f32", &dtypes), .op = (RedOp)optname(L, 2, "op", "sum", &redops)};
   o.count = (size_t)l_optrange(L, 2, "count", 1024, 1, (lua_Integer)1 << 40);
-  o.nmicro = (int)l_optrange(L, 2, "nmicro", 4, 1, 1 << 20);
+  o.nmicro = (int)l_optrange(L, 2, "nmicro", L_EXEC_NMICRO, 1, 1 << 20);
   o.nslots = (int)l_optrange(L, 2, "slots", 0, 0, 1 << 20);
   o.slot_bytes = (size_t)l_optrange(L, 2, "slot_bytes", 256, 1, 1 << 30);
   o.timeout_ms = (int)l_optrange(L, 2, "timeout_ms", 10000, 0, INT_MAX);
@@ -295,6 +296,9 @@ static int l_plan_tbs(lua_State *L) {
   return 1;
 }
 
+/* plan:sim(opts) -> result, or nil, message, code (l_sim.c) */
+static int l_plan_sim(lua_State *L) { return l_sim(L, &checkplan(L, 1)->pl); }
+
 static int l_plan_tostring(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
@@ -366,8 +370,8 @@ void l_plan_open(lua_State *L) {
   static const luaL_Reg meta[] = {{"__tostring", l_plan_tostring}, {"__gc", l_plan_gc}, {"__close", l_plan_gc},
                                   {NULL, NULL}};
   static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
-                                     {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {"tbs", l_plan_tbs},
-                                     {NULL, NULL}};
+                                     {"exec", l_plan_exec}, {"sim", l_plan_sim}, {"schedule", l_plan_schedule},
+                                     {"tbs", l_plan_tbs}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"compile", l_compile}, {"plan_file", l_plan_file}, {"dtype", l_dtype}, {"redop", l_redop}, {"gpus", l_gpus},
