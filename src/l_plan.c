@@ -20,22 +20,30 @@ typedef struct {
 
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
+/* The names core.compile's options and plan:emit take, in their enums'
+   order; core.names lists them. */
+static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
+static const char *const orders[] = {"task", "algorithm", NULL}, *const fuses[] = {"never", "auto", "always", NULL};
+static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
+static const char *const targets[] = {"host", "cuda", NULL};
+
+/* The options table at index i (nil: every default). */
+static Options optarg(lua_State *L, int i) {
+  if (lua_isnoneornil(L, i)) lua_newtable(L), lua_replace(L, i);
+  luaL_checktype(L, i, LUA_TTABLE);
+  return (Options){.sched = (SchedKind)l_optenum(L, i, "sched", "hpds", scheds),
+                   .tb = (TbPolicy)l_optenum(L, i, "tb", "state", tbs), .inplace = l_optbool(L, i, "inplace", 0),
+                   .fuse = l_optenum(L, i, "fuse", "auto", fuses),
+                   .order = (ExecOrder)l_optenum(L, i, "order", "task", orders), .ce = l_optbool(L, i, "ce", 0),
+                   .pull = l_optbool(L, i, "pull", 0),
+                   .stop_after = (Stage)l_optenum(L, i, "stop_after", "verify", stages)};
+}
+
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
-  static const char *const orders[] = {"task", "algorithm", NULL};
-  static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
-  static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
   lua_settop(L, 3);
-  if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", scheds),
-               .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
-               .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
-               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders), .ce = l_optbool(L, 3, "ce", 0),
-               .pull = l_optbool(L, 3, "pull", 0),
-               .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
+  Options o = optarg(L, 3);
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
   luaL_setmetatable(L, PLAN_MT);
@@ -75,16 +83,10 @@ static int l_plan_report(lua_State *L) {
     int split = 0;
     for (int i = 0; i < pl->np && pl->split; i++) split += pl->split[i];
     l_setint(L, "by_chunk", split);
-    /* reductions that wait for the copy engine and that nothing waits for; pulls that reduce what they
-       read; primitives that still send */
-    int ends = 0, pred = 0, push = 0;
-    for (int i = 0; i < pl->np; i++) {
-      const Prim *q = &pl->p[i];
-      ends += q->ce && q->flag < 0 && q->cepost < 0, pred += q->pull && (q->kind == PR_RRC || q->kind == PR_RRCS), push += q->cout >= 0;
-    }
-    l_setint(L, "ce_ends", ends);
-    l_setint(L, "pulled_reductions", pred);
-    l_setint(L, "pushes", push);
+    PlanForms f = plan_forms(pl);
+    l_setint(L, "ce_ends", f.ce_ends);
+    l_setint(L, "pulled_reductions", f.pulled_reductions);
+    l_setint(L, "pushes", f.pushes);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
     lua_setfield(L, -2, "tbs_per_rank");
@@ -114,7 +116,6 @@ static int l_plan_dump(lua_State *L) {
 
 /* plan:emit("host"|"cuda" [, rank]) -> source text */
 static int l_plan_emit(lua_State *L) {
-  static const char *const targets[] = {"host", "cuda", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
   EmitTarget tg = (EmitTarget)luaL_checkoption(L, 2, "host", targets);
   Buf b;
@@ -142,17 +143,30 @@ static int l_plan_emit(lua_State *L) {
   return 1;
 }
 
-/* core.plan_file(plan, ...) -> the plan file the GPU runtime loads
-   (artifact.c): a section per plan, in order, then the digest. */
+/* core.plan_file(prog, topo [, opts]) -> the plan file `resccl compile --plan`
+   writes (artifact.c's plan_file_for decides its placements and forms);
+   opts as core.compile's, but inplace: the program has an in-place form.
+   core.plan_file(plan, ...) -> the file of these plans, a section each, in order.
+   Either: nil, message, code when a plan cannot be written. */
 static int l_plan_file(lua_State *L) {
-  int n = lua_gettop(L);
-  luaL_argcheck(L, n >= 1, 1, "a plan expected");
-  const Plan **pls = lua_newuserdatauv(L, sizeof *pls * (size_t)n, 0); /* stack: plans..., box */
-  for (int i = 0; i < n; i++) pls[i] = &checkplan(L, i + 1)->pl;
   Buf b;
   buf_init(&b);
   Err e;
-  if (plan_file(pls, n, &b, &e) != RC_OK) {
+  rcStatus rc;
+  if (luaL_testudata(L, 1, PROGRAM_MT)) {
+    Program *p = checkprogram(L, 1);
+    Topo *t = checktopo(L, 2);
+    lua_settop(L, 3);
+    Options o = optarg(L, 3);
+    rc = plan_file_for(p, t, &o, o.inplace, &b, &e);
+  } else {
+    int n = lua_gettop(L);
+    luaL_argcheck(L, n >= 1, 1, "a plan or a program expected");
+    const Plan **pls = lua_newuserdatauv(L, sizeof *pls * (size_t)n, 0); /* stack: plans..., box */
+    for (int i = 0; i < n; i++) pls[i] = &checkplan(L, i + 1)->pl;
+    rc = plan_file(pls, n, &b, &e);
+  }
+  if (rc != RC_OK) {
     buf_free(&b);
     return l_fail(L, &e);
   }
@@ -366,6 +380,13 @@ static int l_schedule_tostring(lua_State *L) {
   return 1;
 }
 
+/* Field k of the table on top: the first n names (n < 0: all of them). */
+static void push_names(lua_State *L, const char *k, const char *const names[], int n) {
+  lua_newtable(L);
+  for (int i = 0; names[i] && i != n; i++) lua_pushstring(L, names[i]), lua_rawseti(L, -2, i + 1);
+  lua_setfield(L, -2, k);
+}
+
 void l_plan_open(lua_State *L) {
   static const luaL_Reg meta[] = {{"__tostring", l_plan_tostring}, {"__gc", l_plan_gc}, {"__close", l_plan_gc},
                                   {NULL, NULL}};
@@ -379,4 +400,17 @@ void l_plan_open(lua_State *L) {
   l_newclass(L, PLAN_MT, meta, methods);
   l_newclass(L, SCHEDULE_MT, smeta, smethods);
   luaL_setfuncs(L, funcs, 0);
+  /* core.names: what core.program, core.compile, plan:dump and plan:emit take */
+  lua_createtable(L, 0, 8);
+  lua_createtable(L, NCOLL, 0);
+  for (int c = 0; c < NCOLL; c++) lua_pushstring(L, coll_name((Coll)c)), lua_rawseti(L, -2, c + 1);
+  lua_setfield(L, -2, "collective");
+  push_names(L, "sched", scheds, -1);
+  push_names(L, "tb", tbs, -1);
+  push_names(L, "order", orders, -1);
+  push_names(L, "fuse", fuses, -1);
+  push_names(L, "stage", stages, -1);
+  push_names(L, "dump", stages, ST_TB + 1);
+  push_names(L, "emit", targets, -1);
+  lua_setfield(L, -2, "names");
 }
