@@ -1,6 +1,8 @@
 /*
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
-** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
+** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so). It holds
+** the module's own functions and constants, the CLI's Lua state, and opens
+** the types (l_program.c, l_topo.c, l_plan.c).
 */
 #include <float.h>
 #include <stdint.h>

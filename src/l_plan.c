@@ -1,12 +1,13 @@
 /*
 ** l_plan.c — compiled plans as Lua userdata.
-**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, order=, ce=, stop_after=})
+**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, order=, ce=, pull=, stop_after=})
 **       -> plan            when every stage passed
 **       -> plan, msg, code when a stage failed (plan holds the stages before it)
 **       -> nil, msg, code  when nothing could be compiled
 **   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:sim{...}
 **   plan:schedule() plan:tbs()
-**   core.dtype(name), core.redop(name): the names plan:exec takes
+**   core.plan_file(prog, topo, opts) or (plan, ...): the GPU runtime's plan file
+**   core.dtype(name), core.redop(name): the names plan:exec takes; core.names
 ** A Plan keeps its Program and Topo alive through user values.
 */
 #include <limits.h>
@@ -21,7 +22,7 @@ typedef struct {
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
 /* The names core.compile's options and plan:emit take, in their enums'
-   order; core.names lists them. */
+   order, which plans are reported in too; core.names lists them. */
 static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
 static const char *const orders[] = {"task", "algorithm", NULL}, *const fuses[] = {"never", "auto", "always", NULL};
 static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
@@ -62,9 +63,9 @@ static int l_compile(lua_State *L) {
 static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
-  lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
-  lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
+  lua_pushstring(L, scheds[pl->opt.sched]), lua_setfield(L, -2, "sched");
+  lua_pushstring(L, tbs[pl->opt.tb]), lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, orders[pl->opt.order]), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
@@ -318,11 +319,10 @@ static int l_plan_tostring(lua_State *L) {
   if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
   lua_pushfstring(L, "Plan %s: %s, %d ranks, %d tasks", pl->prog->name, pl->opt.inplace ? "in-place" : "out-of-place",
                   pl->prog->nranks, pl->reached > ST_DAG ? pl->dag.n : 0);
-  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots,
-                                              pl->opt.sched == SK_HPDS ? "hpds" : "rr");
+  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots, scheds[pl->opt.sched]);
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           tb_policy_name(pl->opt.tb));
+                                           tbs[pl->opt.tb]);
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);
@@ -375,7 +375,7 @@ static int l_schedule_subpipelines(lua_State *L) {
 
 static int l_schedule_tostring(lua_State *L) {
   Plan *pl = schedplan(L);
-  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", pl->opt.sched == SK_HPDS ? "hpds" : "rr",
+  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", scheds[pl->opt.sched],
                   pl->dag.n, pl->sched.nslots);
   return 1;
 }
