@@ -6,7 +6,6 @@
 **            as the GPU runtime picks it)
 ** Sizes are bytes, times microseconds, bandwidths GB/s, fractions 0..1.
 */
-
 #include "lbind.h"
 
 /* Push the per-TB, per-link and per-call tables of a result. */

@@ -5,6 +5,7 @@ local M = {}
 --- The TB policies as the reports name them.
 M.NAMED = { state = "state-based", conn = "connection-based", manual = "hand-placed", merge = "merged" }
 
+--- t as JSON text (lua-cjson).
 function M.json(t)
   return require("cjson").encode(t)
 end
