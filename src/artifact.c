@@ -55,6 +55,17 @@ static rcStatus section(const Plan *pl, Buf *out, Err *e) {
   return RC_OK;
 }
 
+PlanForms plan_forms(const Plan *pl) {
+  PlanForms f = {0, 0, 0};
+  for (int i = 0; i < pl->np; i++) {
+    const Prim *q = &pl->p[i];
+    f.ce_ends += q->ce && q->flag < 0 && q->cepost < 0;
+    f.pulled_reductions += q->pull && (q->kind == PR_RRC || q->kind == PR_RRCS);
+    f.pushes += q->cout >= 0;
+  }
+  return f;
+}
+
 rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e) {
   Buf f;
   buf_init(&f);
@@ -66,4 +77,50 @@ rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e) {
   buf_add(out, f.s, f.n);
   buf_free(&f);
   return RC_OK;
+}
+
+/* Which forms of a placement a plan file holds: the plan as asked, then,
+   where they differ, its copy-engine form (the runtime runs it from
+   RESCCL_CE_FROM bytes) and its pulling form (below RESCCL_PULL_BELOW);
+   asked for either (ce, pull), that form alone, for every size.
+   No copy-engine form where a reduction that waits for the copy engine ends
+   its chain: it starts on a micro-batch only once all of it has landed, and
+   on 2xH200 such a reduce-scatter lost 5-17% from 256 to 512 MiB. A pulling
+   form only where some pull reduces, in one pass with the transfer, and
+   nothing is pushed any more: an all-gather whose receives pulled moved
+   9-33% less than its pushes from 8 to 64 MiB, and a two-rank ring
+   all-reduce pulling its first hop and pushing its second 10-17% less from
+   16 to 32 MiB (BENCHMARKS.md); one whose reductions put their sums
+   themselves (put_on) pushes nothing. */
+static int keep_ce(const Plan *pl) { return pl->nce > 0 && plan_forms(pl).ce_ends == 0; }
+static int keep_pull(const Plan *pl) {
+  PlanForms f = plan_forms(pl);
+  return f.pulled_reductions > 0 && f.pushes == 0;
+}
+
+rcStatus plan_file_for(const Program *p, const Topo *t, const Options *o, int inplace, Buf *out, Err *e) {
+  static const struct {
+    int ce, pull;
+    int (*keep)(const Plan *pl); /* NULL: the plan as asked, always kept */
+  } forms[] = {{0, 0, NULL}, {1, 0, keep_ce}, {0, 1, keep_pull}};
+  int nforms = o->ce || o->pull ? 1 : 3, n = 0;
+  Plan *pls = xcalloc(2 * 3, sizeof *pls);
+  rcStatus rc = RC_OK;
+  for (int place = 0; place <= (inplace != 0) && rc == RC_OK; place++)
+    for (int f = 0; f < nforms && rc == RC_OK; f++) {
+      Options fo = *o;
+      fo.inplace = place;
+      if (forms[f].keep) fo.ce = forms[f].ce, fo.pull = forms[f].pull;
+      rc = compile(&pls[n], p, t, &fo, e);
+      if (rc == RC_OK && (!forms[f].keep || forms[f].keep(&pls[n]))) n++;
+      else plan_free(&pls[n]);
+    }
+  if (rc == RC_OK) {
+    const Plan *kept[2 * 3];
+    for (int i = 0; i < n; i++) kept[i] = &pls[i];
+    rc = plan_file(kept, n, out, e);
+  }
+  for (int i = 0; i < n; i++) plan_free(&pls[i]);
+  free(pls);
+  return rc;
 }

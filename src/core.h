@@ -455,6 +455,17 @@ void emit_body(const Plan *pl, EmitTarget tg, Buf *out);
 /* The plan file the GPU runtime loads (planfile.h): a section per plan,
    each a header of numbers and its kernel's body, then the digest. */
 rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e);
+/* The plan file of program p on t, compiled with o: the out-of-place
+   placement, and the in-place one where the program has it (inplace), each
+   followed by the forms that differ (artifact.c says which and why). */
+rcStatus plan_file_for(const Program *p, const Topo *t, const Options *o, int inplace, Buf *out, Err *e);
+/* What decides a placement's further forms; plan:report() shows it too. */
+typedef struct {
+  int ce_ends;           /* reductions that wait for the copy engine and that nothing waits for */
+  int pulled_reductions; /* pulls that reduce what they read */
+  int pushes;            /* primitives that still send */
+} PlanForms;
+PlanForms plan_forms(const Plan *pl);
 
 /* ----------------------------------------------------------------- sim.c */
 

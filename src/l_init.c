@@ -1,9 +1,10 @@
 /*
 ** l_init.c — the resccl.core module: one opener for the CLI (preloaded) and
-** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so).
+** for stock lua5.4 (require "resccl.core" finds lib/resccl/core.so). It holds
+** the module's own functions and constants, the CLI's Lua state, and opens
+** the types (l_program.c, l_topo.c, l_plan.c).
 */
 #include <float.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "../kernels-templates/tile.h"
 #include "lbind.h"
 #include "setting.h"
 #include "wfile.h"
@@ -20,82 +22,6 @@
 #ifndef RESCCL_VERSION
 #define RESCCL_VERSION "0.1.0"
 #endif
-
-int l_optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]) {
-  lua_getfield(L, t, k);
-  const char *v = luaL_optstring(L, -1, dflt);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(v, names[i]) == 0) return lua_pop(L, 1), i;
-  return luaL_error(L, "bad option %s='%s'", k, v);
-}
-
-int l_optbool(lua_State *L, int t, const char *k, int dflt) {
-  lua_getfield(L, t, k);
-  int v = lua_isnil(L, -1) ? dflt : lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-double l_optnum(lua_State *L, int t, const char *k, double dflt) {
-  lua_getfield(L, t, k);
-  double v = luaL_optnumber(L, -1, dflt);
-  lua_pop(L, 1);
-  return v;
-}
-
-lua_Integer l_optrange(lua_State *L, int t, const char *k, lua_Integer dflt, lua_Integer lo, lua_Integer hi) {
-  lua_getfield(L, t, k);
-  int isint;
-  lua_Integer v = lua_isnil(L, -1) ? dflt : lua_tointegerx(L, -1, &isint);
-  if (!lua_isnil(L, -1) && (!isint || v < lo || v > hi))
-    return luaL_error(L, "option %s must be an integer from %I to %I", k, lo, hi);
-  lua_pop(L, 1);
-  return v;
-}
-
-int l_checkint(lua_State *L, int i) {
-  lua_Integer v = luaL_checkinteger(L, i);
-  luaL_argcheck(L, v >= INT_MIN && v <= INT_MAX, i, "integer out of range");
-  return (int)v;
-}
-
-int l_optint(lua_State *L, int i, int dflt) { return lua_isnoneornil(L, i) ? dflt : l_checkint(L, i); }
-
-void l_setnum(lua_State *L, const char *k, double v) {
-  lua_pushnumber(L, v);
-  lua_setfield(L, -2, k);
-}
-
-void l_setint(lua_State *L, const char *k, lua_Integer v) {
-  lua_pushinteger(L, v);
-  lua_setfield(L, -2, k);
-}
-
-int l_fail(lua_State *L, const Err *e) {
-  lua_pushnil(L);
-  lua_pushstring(L, e->msg);
-  lua_pushstring(L, rc_name(e->rc));
-  return 3;
-}
-
-void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods) {
-  luaL_newmetatable(L, name); /* stack: mt */
-  luaL_setfuncs(L, meta, 0);
-  lua_newtable(L); /* stack: mt, methods */
-  luaL_setfuncs(L, methods, 0);
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
-}
-
-void l_where(lua_State *L, int level, char *file, size_t size, int *line) {
-  lua_Debug ar;
-  snprintf(file, size, "?");
-  *line = 0;
-  if (lua_getstack(L, level, &ar) && lua_getinfo(L, "Sl", &ar)) {
-    snprintf(file, size, "%s", ar.source[0] == '@' ? ar.source + 1 : ar.short_src); /* whole path, not "..." */
-    *line = ar.currentline;
-  }
-}
 
 /* core.file_kind(path) -> "file" | "directory" | "link" | "other", or nil,
    message when there is nothing at path (lstat: a link is not followed) */
@@ -269,25 +195,24 @@ void l_setup(lua_State *L, const char *dir) {
 }
 
 int luaopen_resccl_core(lua_State *L) {
-  lua_newtable(L); /* stack: module */
-  lua_pushcfunction(L, l_clock);
-  lua_setfield(L, -2, "clock");
-  lua_pushcfunction(L, l_memory_cap);
-  lua_setfield(L, -2, "memory_cap");
-  lua_pushcfunction(L, l_alarm);
-  lua_setfield(L, -2, "alarm");
-  lua_pushcfunction(L, l_file_kind);
-  lua_setfield(L, -2, "file_kind");
-  lua_pushcfunction(L, l_write_file);
-  lua_setfield(L, -2, "write_file");
-  lua_pushcfunction(L, l_setting);
-  lua_setfield(L, -2, "setting");
-  lua_pushcfunction(L, l_same_file);
-  lua_setfield(L, -2, "same_file");
+  static const luaL_Reg funcs[] = {{"clock", l_clock}, {"memory_cap", l_memory_cap}, {"alarm", l_alarm},
+                                   {"file_kind", l_file_kind}, {"write_file", l_write_file}, {"setting", l_setting},
+                                   {"same_file", l_same_file}, {NULL, NULL}};
+  luaL_newlib(L, funcs); /* stack: module */
   lua_pushliteral(L, RESCCL_VERSION);
   lua_setfield(L, -2, "version");
+  lua_pushinteger(L, SIM_MAX_MICRO);
+  lua_setfield(L, -2, "sim_max_micro");
+  /* the GPU runtime's tile, FIFO slot and slices (tile.h), and the bindings' own defaults (lbind.h) */
+  lua_createtable(L, 0, 5);
+  l_setint(L, "tile_bytes", (lua_Integer)RX_TILE_BYTES);
+  l_setint(L, "slot_bytes", (lua_Integer)RX_SLOT_BYTES);
+  l_setint(L, "slices", RX_SLICES);
+  l_setint(L, "exec_nmicro", L_EXEC_NMICRO);
+  l_setint(L, "sim_tile_bytes", L_SIM_TILE);
+  lua_setfield(L, -2, "defaults");
   l_program_open(L);
+  l_topo_open(L);
   l_plan_open(L);
-  l_sim_open(L);
   return 1;
 }

@@ -1,11 +1,13 @@
 /*
 ** l_plan.c — compiled plans as Lua userdata.
-**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, order=, ce=, stop_after=})
+**   core.compile(prog, topo, {sched=, tb=, inplace=, fuse=, order=, ce=, pull=, stop_after=})
 **       -> plan            when every stage passed
 **       -> plan, msg, code when a stage failed (plan holds the stages before it)
 **       -> nil, msg, code  when nothing could be compiled
-**   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:schedule()
-**   core.dtype(name), core.redop(name): the names plan:exec takes
+**   plan:report() plan:dump(stage) plan:emit(target) plan:exec{...} plan:sim{...}
+**   plan:schedule() plan:tbs()
+**   core.plan_file(prog, topo, opts) or (plan, ...): the GPU runtime's plan file
+**   core.dtype(name), core.redop(name): the names plan:exec takes; core.names
 ** A Plan keeps its Program and Topo alive through user values.
 */
 #include <limits.h>
@@ -19,22 +21,30 @@ typedef struct {
 
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
+/* The names core.compile's options and plan:emit take, in their enums'
+   order, which plans are reported in too; core.names lists them. */
+static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
+static const char *const orders[] = {"task", "algorithm", NULL}, *const fuses[] = {"never", "auto", "always", NULL};
+static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
+static const char *const targets[] = {"host", "cuda", NULL};
+
+/* The options table at index i (nil: every default). */
+static Options optarg(lua_State *L, int i) {
+  if (lua_isnoneornil(L, i)) lua_newtable(L), lua_replace(L, i);
+  luaL_checktype(L, i, LUA_TTABLE);
+  return (Options){.sched = (SchedKind)l_optenum(L, i, "sched", "hpds", scheds),
+                   .tb = (TbPolicy)l_optenum(L, i, "tb", "state", tbs), .inplace = l_optbool(L, i, "inplace", 0),
+                   .fuse = l_optenum(L, i, "fuse", "auto", fuses),
+                   .order = (ExecOrder)l_optenum(L, i, "order", "task", orders), .ce = l_optbool(L, i, "ce", 0),
+                   .pull = l_optbool(L, i, "pull", 0),
+                   .stop_after = (Stage)l_optenum(L, i, "stop_after", "verify", stages)};
+}
+
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
-  static const char *const orders[] = {"task", "algorithm", NULL};
-  static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
-  static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
   lua_settop(L, 3);
-  if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", scheds),
-               .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
-               .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
-               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders), .ce = l_optbool(L, 3, "ce", 0),
-               .pull = l_optbool(L, 3, "pull", 0),
-               .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
+  Options o = optarg(L, 3);
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
   luaL_setmetatable(L, PLAN_MT);
@@ -53,9 +63,9 @@ static int l_compile(lua_State *L) {
 static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
-  lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
-  lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
+  lua_pushstring(L, scheds[pl->opt.sched]), lua_setfield(L, -2, "sched");
+  lua_pushstring(L, tbs[pl->opt.tb]), lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, orders[pl->opt.order]), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
@@ -74,16 +84,10 @@ static int l_plan_report(lua_State *L) {
     int split = 0;
     for (int i = 0; i < pl->np && pl->split; i++) split += pl->split[i];
     l_setint(L, "by_chunk", split);
-    /* reductions that wait for the copy engine and that nothing waits for; pulls that reduce what they
-       read; primitives that still send */
-    int ends = 0, pred = 0, push = 0;
-    for (int i = 0; i < pl->np; i++) {
-      const Prim *q = &pl->p[i];
-      ends += q->ce && q->flag < 0 && q->cepost < 0, pred += q->pull && (q->kind == PR_RRC || q->kind == PR_RRCS), push += q->cout >= 0;
-    }
-    l_setint(L, "ce_ends", ends);
-    l_setint(L, "pulled_reductions", pred);
-    l_setint(L, "pushes", push);
+    PlanForms f = plan_forms(pl);
+    l_setint(L, "ce_ends", f.ce_ends);
+    l_setint(L, "pulled_reductions", f.pulled_reductions);
+    l_setint(L, "pushes", f.pushes);
     lua_createtable(L, pl->prog->nranks, 0);
     for (int r = 0; r < pl->prog->nranks; r++) lua_pushinteger(L, pl->ntb[r]), lua_rawseti(L, -2, r + 1);
     lua_setfield(L, -2, "tbs_per_rank");
@@ -113,7 +117,6 @@ static int l_plan_dump(lua_State *L) {
 
 /* plan:emit("host"|"cuda" [, rank]) -> source text */
 static int l_plan_emit(lua_State *L) {
-  static const char *const targets[] = {"host", "cuda", NULL};
   Plan *pl = &checkplan(L, 1)->pl;
   EmitTarget tg = (EmitTarget)luaL_checkoption(L, 2, "host", targets);
   Buf b;
@@ -141,17 +144,30 @@ static int l_plan_emit(lua_State *L) {
   return 1;
 }
 
-/* core.plan_file(plan, ...) -> the plan file the GPU runtime loads
-   (artifact.c): a section per plan, in order, then the digest. */
+/* core.plan_file(prog, topo [, opts]) -> the plan file `resccl compile --plan`
+   writes (artifact.c's plan_file_for decides its placements and forms);
+   opts as core.compile's, but inplace: the program has an in-place form.
+   core.plan_file(plan, ...) -> the file of these plans, a section each, in order.
+   Either: nil, message, code when a plan cannot be written. */
 static int l_plan_file(lua_State *L) {
-  int n = lua_gettop(L);
-  luaL_argcheck(L, n >= 1, 1, "a plan expected");
-  const Plan **pls = lua_newuserdatauv(L, sizeof *pls * (size_t)n, 0); /* stack: plans..., box */
-  for (int i = 0; i < n; i++) pls[i] = &checkplan(L, i + 1)->pl;
   Buf b;
   buf_init(&b);
   Err e;
-  if (plan_file(pls, n, &b, &e) != RC_OK) {
+  rcStatus rc;
+  if (luaL_testudata(L, 1, PROGRAM_MT)) {
+    Program *p = checkprogram(L, 1);
+    Topo *t = checktopo(L, 2);
+    lua_settop(L, 3);
+    Options o = optarg(L, 3);
+    rc = plan_file_for(p, t, &o, o.inplace, &b, &e);
+  } else {
+    int n = lua_gettop(L);
+    luaL_argcheck(L, n >= 1, 1, "a plan or a program expected");
+    const Plan **pls = lua_newuserdatauv(L, sizeof *pls * (size_t)n, 0); /* stack: plans..., box */
+    for (int i = 0; i < n; i++) pls[i] = &checkplan(L, i + 1)->pl;
+    rc = plan_file(pls, n, &b, &e);
+  }
+  if (rc != RC_OK) {
     buf_free(&b);
     return l_fail(L, &e);
   }
@@ -218,7 +234,7 @@ static int l_plan_exec(lua_State *L) {
   if (!pl->verified) return luaL_error(L, "plan is not verified; refusing to execute");
   ExecOpts o = {.dtype = (Dtype)optname(L, 2, "dtype", "f32", &dtypes), .op = (RedOp)optname(L, 2, "op", "sum", &redops)};
   o.count = (size_t)l_optrange(L, 2, "count", 1024, 1, (lua_Integer)1 << 40);
-  o.nmicro = (int)l_optrange(L, 2, "nmicro", 4, 1, 1 << 20);
+  o.nmicro = (int)l_optrange(L, 2, "nmicro", L_EXEC_NMICRO, 1, 1 << 20);
   o.nslots = (int)l_optrange(L, 2, "slots", 0, 0, 1 << 20);
   o.slot_bytes = (size_t)l_optrange(L, 2, "slot_bytes", 256, 1, 1 << 30);
   o.timeout_ms = (int)l_optrange(L, 2, "timeout_ms", 10000, 0, INT_MAX);
@@ -295,16 +311,18 @@ static int l_plan_tbs(lua_State *L) {
   return 1;
 }
 
+/* plan:sim(opts) -> result, or nil, message, code (l_sim.c) */
+static int l_plan_sim(lua_State *L) { return l_sim(L, &checkplan(L, 1)->pl); }
+
 static int l_plan_tostring(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
   lua_pushfstring(L, "Plan %s: %s, %d ranks, %d tasks", pl->prog->name, pl->opt.inplace ? "in-place" : "out-of-place",
                   pl->prog->nranks, pl->reached > ST_DAG ? pl->dag.n : 0);
-  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots,
-                                              pl->opt.sched == SK_HPDS ? "hpds" : "rr");
+  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots, scheds[pl->opt.sched]);
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           tb_policy_name(pl->opt.tb));
+                                           tbs[pl->opt.tb]);
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);
@@ -357,17 +375,24 @@ static int l_schedule_subpipelines(lua_State *L) {
 
 static int l_schedule_tostring(lua_State *L) {
   Plan *pl = schedplan(L);
-  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", pl->opt.sched == SK_HPDS ? "hpds" : "rr",
+  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", scheds[pl->opt.sched],
                   pl->dag.n, pl->sched.nslots);
   return 1;
+}
+
+/* Field k of the table on top: the first n names (n < 0: all of them). */
+static void push_names(lua_State *L, const char *k, const char *const names[], int n) {
+  lua_newtable(L);
+  for (int i = 0; names[i] && i != n; i++) lua_pushstring(L, names[i]), lua_rawseti(L, -2, i + 1);
+  lua_setfield(L, -2, k);
 }
 
 void l_plan_open(lua_State *L) {
   static const luaL_Reg meta[] = {{"__tostring", l_plan_tostring}, {"__gc", l_plan_gc}, {"__close", l_plan_gc},
                                   {NULL, NULL}};
   static const luaL_Reg methods[] = {{"report", l_plan_report}, {"dump", l_plan_dump}, {"emit", l_plan_emit},
-                                     {"exec", l_plan_exec}, {"schedule", l_plan_schedule}, {"tbs", l_plan_tbs},
-                                     {NULL, NULL}};
+                                     {"exec", l_plan_exec}, {"sim", l_plan_sim}, {"schedule", l_plan_schedule},
+                                     {"tbs", l_plan_tbs}, {NULL, NULL}};
   static const luaL_Reg smeta[] = {{"__tostring", l_schedule_tostring}, {NULL, NULL}};
   static const luaL_Reg smethods[] = {{"subpipelines", l_schedule_subpipelines}, {NULL, NULL}};
   static const luaL_Reg funcs[] = {{"compile", l_compile}, {"plan_file", l_plan_file}, {"dtype", l_dtype}, {"redop", l_redop}, {"gpus", l_gpus},
@@ -375,4 +400,17 @@ void l_plan_open(lua_State *L) {
   l_newclass(L, PLAN_MT, meta, methods);
   l_newclass(L, SCHEDULE_MT, smeta, smethods);
   luaL_setfuncs(L, funcs, 0);
+  /* core.names: what core.program, core.compile, plan:dump and plan:emit take */
+  lua_createtable(L, 0, 8);
+  lua_createtable(L, NCOLL, 0);
+  for (int c = 0; c < NCOLL; c++) lua_pushstring(L, coll_name((Coll)c)), lua_rawseti(L, -2, c + 1);
+  lua_setfield(L, -2, "collective");
+  push_names(L, "sched", scheds, -1);
+  push_names(L, "tb", tbs, -1);
+  push_names(L, "order", orders, -1);
+  push_names(L, "fuse", fuses, -1);
+  push_names(L, "stage", stages, -1);
+  push_names(L, "dump", stages, ST_TB + 1);
+  push_names(L, "emit", targets, -1);
+  lua_setfield(L, -2, "names");
 }

@@ -1,8 +1,7 @@
 /*
-** l_program.c — Program and Topo as Lua userdata.
+** l_program.c — Program as Lua userdata.
 **   core.program{name=, collective=, ranks=, gpn=, chunks=, file=, line=} -> Program
 **   prog:xfer(src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, level)
-**   core.topo("a100:2x4") -> Topo;  core.topo_flat(ranks) -> Topo
 */
 #include <limits.h>
 #include <stdlib.h>
@@ -15,12 +14,6 @@ Program *checkprogram(lua_State *L, int i) {
   Program *p = *(Program **)luaL_checkudata(L, i, PROGRAM_MT);
   if (!p) luaL_argerror(L, i, "program is closed");
   return p;
-}
-
-Topo *checktopo(lua_State *L, int i) {
-  Topo *t = *(Topo **)luaL_checkudata(L, i, TOPO_MT);
-  if (!t) luaL_argerror(L, i, "topology is closed");
-  return t;
 }
 
 static Program **newprogram(lua_State *L) {
@@ -216,87 +209,12 @@ static int l_program_gc(lua_State *L) {
   return 0;
 }
 
-/* ------------------------------------------------------------------ Topo */
-
-static Topo **newtopo(lua_State *L) {
-  Topo **box = lua_newuserdatauv(L, sizeof *box, 0);
-  *box = NULL;
-  luaL_setmetatable(L, TOPO_MT);
-  return box;
-}
-
-static int l_topo_new(lua_State *L) {
-  const char *spec = luaL_checkstring(L, 1);
-  Topo **box = newtopo(L);
-  Err e;
-  *box = topo_parse(spec, &e);
-  if (!*box) return luaL_error(L, "%s", e.msg);
-  return 1;
-}
-
-static int l_topo_flat(lua_State *L) {
-  lua_Integer n = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, n >= 1 && n <= 1024, 1, "ranks must be 1..1024");
-  Topo **box = newtopo(L);
-  *box = topo_flat((int)n);
-  return 1;
-}
-
-static int l_topo_info(lua_State *L) {
-  Topo *t = checktopo(L, 1);
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, t->spec), lua_setfield(L, -2, "spec");
-  lua_pushstring(L, t->model), lua_setfield(L, -2, "model");
-  lua_pushinteger(L, t->nranks), lua_setfield(L, -2, "ranks");
-  lua_pushinteger(L, t->nnodes), lua_setfield(L, -2, "nodes");
-  lua_pushinteger(L, t->gpn), lua_setfield(L, -2, "gpn");
-  lua_pushinteger(L, t->nlinks), lua_setfield(L, -2, "links");
-  return 1;
-}
-
-/* topo:route(s, d) -> { "nvl:0->1" } : the links a transfer occupies. */
-static int l_topo_route(lua_State *L) {
-  Topo *t = checktopo(L, 1);
-  lua_Integer s = luaL_checkinteger(L, 2), d = luaL_checkinteger(L, 3);
-  luaL_argcheck(L, s >= 0 && s < t->nranks, 2, "rank out of range");
-  luaL_argcheck(L, d >= 0 && d < t->nranks, 3, "rank out of range");
-  int lk[TOPO_MAXHOP], n = topo_route(t, (int)s, (int)d, lk);
-  lua_createtable(L, n, 0);
-  for (int i = 0; i < n; i++) {
-    Link l;
-    topo_link(t, lk[i], &l);
-    lua_pushstring(L, l.name);
-    lua_rawseti(L, -2, i + 1);
-  }
-  return 1;
-}
-
-static int l_topo_tostring(lua_State *L) {
-  Topo *t = *(Topo **)luaL_checkudata(L, 1, TOPO_MT);
-  if (!t) return lua_pushliteral(L, "Topo (closed)"), 1;
-  lua_pushfstring(L, "Topo %s: %d nodes x %d GPUs", t->spec, t->nnodes, t->gpn);
-  return 1;
-}
-
-static int l_topo_gc(lua_State *L) {
-  Topo **box = luaL_checkudata(L, 1, TOPO_MT);
-  topo_free(*box);
-  *box = NULL;
-  return 0;
-}
-
 void l_program_open(lua_State *L) {
-  static const luaL_Reg pmeta[] = {
+  static const luaL_Reg meta[] = {
     {"__tostring", l_program_tostring}, {"__gc", l_program_gc}, {"__close", l_program_gc}, {NULL, NULL}};
-  static const luaL_Reg pmethods[] = {{"xfer", l_program_xfer}, {"transfer", l_program_transfer}, {"hint", l_program_hint}, {"info", l_program_info}, {NULL, NULL}};
-  static const luaL_Reg tmeta[] = {
-    {"__tostring", l_topo_tostring}, {"__gc", l_topo_gc}, {"__close", l_topo_gc}, {NULL, NULL}};
-  static const luaL_Reg tmethods[] = {{"info", l_topo_info}, {"route", l_topo_route}, {NULL, NULL}};
-  static const luaL_Reg funcs[] = {
-    {"program", l_program_new}, {"topo", l_topo_new}, {"topo_flat", l_topo_flat}, {NULL, NULL}};
-  l_newclass(L, PROGRAM_MT, pmeta, pmethods);
-  l_newclass(L, TOPO_MT, tmeta, tmethods);
+  static const luaL_Reg methods[] = {{"xfer", l_program_xfer}, {"transfer", l_program_transfer},
+                                     {"hint", l_program_hint}, {"info", l_program_info}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"program", l_program_new}, {NULL, NULL}};
+  l_newclass(L, PROGRAM_MT, meta, methods);
   luaL_setfuncs(L, funcs, 0); /* into the module table on top */
-  lua_pushstring(L, topo_presets());
-  lua_setfield(L, -2, "topo_presets");
 }

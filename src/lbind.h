@@ -2,6 +2,9 @@
 ** lbind.h — shared declarations of the Lua binding files (l_*.c), the only
 ** files that touch the Lua stack. They turn Lua values into core calls and
 ** core errors (already "file:line: message") into Lua errors or nil, msg.
+** One Lua type per file (l_program.c, l_topo.c, l_plan.c), plan:sim's
+** tables in l_sim.c, their shared helpers in lbind.c; l_init.c is the module
+** (resccl.core), which opens the others.
 */
 #ifndef RESCCL_LBIND_H
 #define RESCCL_LBIND_H
@@ -16,11 +19,17 @@
 #define PLAN_MT "resccl.Plan"
 #define SCHEDULE_MT "resccl.Schedule"
 
-/* A Program or Topo is a boxed pointer, freed by __gc (NULL once closed). */
-Program *checkprogram(lua_State *L, int i);
-Topo *checktopo(lua_State *L, int i);
+/* plan:exec's micro-batches and plan:sim's tile where none is given
+   (core.defaults.exec_nmicro, .sim_tile_bytes). The simulator's tile is the
+   paper's ChunkSize, 1 MiB, not the GPU runtime's (tile.h's RX_TILE_BYTES). */
+#define L_EXEC_NMICRO 4
+#define L_SIM_TILE (1 << 20)
 
-/* Option tables: read field k of table t, or the default; bad values raise. */
+/* A Program or Topo is a boxed pointer, freed by __gc (NULL once closed). */
+Program *checkprogram(lua_State *L, int i); /* l_program.c */
+Topo *checktopo(lua_State *L, int i);       /* l_topo.c */
+
+/* lbind.c. Option tables: read field k of table t, or the default; bad values raise. */
 int l_optenum(lua_State *L, int t, const char *k, const char *dflt, const char *const names[]);
 int l_optbool(lua_State *L, int t, const char *k, int dflt);
 double l_optnum(lua_State *L, int t, const char *k, double dflt);
@@ -40,10 +49,15 @@ void l_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL
 /* The file (into file[size]) and line of the Lua function `level` levels up (0 = caller). */
 void l_where(lua_State *L, int level, char *file, size_t size, int *line);
 
-void l_program_open(lua_State *L); /* adds to the module table on top */
-void l_plan_open(lua_State *L);
-void l_sim_open(lua_State *L);     /* adds to Topo and Plan; after the two above */
+/* plan:sim's body (l_sim.c): options at index 2, the result or nil, message, code. */
+int l_sim(lua_State *L, const Plan *pl);
 
+/* Each type's class and functions, added to the module table on top. */
+void l_program_open(lua_State *L);
+void l_topo_open(lua_State *L);
+void l_plan_open(lua_State *L);
+
+/* l_init.c: the module. */
 int luaopen_resccl_core(lua_State *L);
 /* A Lua state whose memory core.memory_cap can cap, and its closing. */
 lua_State *l_newstate(void);

@@ -1,8 +1,8 @@
 /*
 ** main.c — the resccl command: a Lua 5.4 state with resccl.core preloaded,
 ** one protected entry (pmain) with a traceback handler, and the REPL.
-** Subcommands are parsed and run by lua/resccl/cli.lua; only the REPL's
-** line editing lives here.
+** Subcommands are parsed and run by lua/resccl/cli/ (require "resccl.cli"
+** finds its init.lua); only the REPL's line editing lives here.
 */
 #include <errno.h>
 #include <stdio.h>

@@ -16,9 +16,11 @@ local output = require "resccl.output"
 local M = {}
 
 --- Defaults. The paper's Table 2: ChunkSize 1 MB, so a primitive call moves
---- at most 1 MiB of a chunk. FIFO depth 4 tiles: NCCL's Simple protocol
---- gives a connection NCCL_STEPS = 8 slots of 512 KiB, 4 MiB in all.
-M.TILE = 1 << 20
+--- at most 1 MiB of a chunk: the simulator's tile (plan:sim's default), not
+--- the GPU runtime's (core.defaults.tile_bytes, 16 MiB), which channels=K
+--- simulates. FIFO depth 4 tiles: NCCL's Simple protocol gives a connection
+--- NCCL_STEPS = 8 slots of 512 KiB, 4 MiB in all.
+M.SIM_TILE = core.defaults.sim_tile_bytes
 M.DEPTH = 4
 M.SIZE = 256 << 20
 
@@ -88,12 +90,14 @@ function M.nccl_channels(topo)
   return 2 * math.ceil(p.gpn / p.gpus_per_nic)
 end
 
---- Compile the plan a variant runs. Returns plan, simulation options, or nil, message.
+--- Compile the plan a variant runs. Returns plan, simulation options, the
+--- program it runs, or nil, message.
 ---@param variant string "ours" | "msccl" | "nccl"
 ---@param prog userdata the program (its collective picks NCCL's ring)
 ---@param topo userdata
 ---@param o table {sched=, tb=, fuse=, inplace=, order=, ce=, pull=, channels=, ours_channels=}
-function M.plan(variant, prog, topo, o)
+---@param plan userdata|nil ours compiled already (with o's options): not compiled again
+function M.plan(variant, prog, topo, o, plan)
   local copts = { sched = o.sched, tb = o.tb, fuse = o.fuse, inplace = o.inplace, order = o.order, ce = o.ce,
     pull = o.pull }
   -- ours: one instance, or as the GPU runtime runs it: its channels (each a
@@ -112,16 +116,19 @@ function M.plan(variant, prog, topo, o)
     copts = { sched = "rr", tb = "conn", fuse = o.fuse, inplace = o.inplace, order = "algorithm" }
     sopts = { instances = o.channels or M.nccl_channels(topo), rotate = true }
   end
-  local plan, err = resccl.compile(prog, topo, copts)
-  if err then return nil, err end
+  if not plan then
+    local err
+    plan, err = resccl.compile(prog, topo, copts)
+    if err then return nil, err end
+  end
   return plan, sopts, prog
 end
 
 --- Is size at most MAX_TILES tiles for this variant? true, or nil, message.
 function M.check_size(variant, o, size)
-  -- ours as the GPU runtime runs it (channels=K) has no more micro-batches than tiles of TILE make
-  local tile = o.tile or M.TILE
-  if variant == "ours" and o.ours_channels then tile = math.min(tile, M.TILE) end
+  -- ours as the GPU runtime runs it (channels=K) has no more micro-batches than tiles of SIM_TILE make
+  local tile = o.tile or M.SIM_TILE
+  if variant == "ours" and o.ours_channels then tile = math.min(tile, M.SIM_TILE) end
   if size / tile > M.MAX_TILES then
     return nil, ("size %s is %.0f tiles of %s, more than the simulator runs (%d)"):format(M.fmt_size(size),
       size / tile, M.fmt_size(tile), M.MAX_TILES)
@@ -129,14 +136,11 @@ function M.check_size(variant, o, size)
   return true
 end
 
---- Simulate one variant at one size.
+--- Simulate a variant's plan at one size that check_size admits: plan,
+--- sopts and prog as M.plan returns them.
 ---@return table|nil result, string|nil error
-function M.run(variant, prog, topo, o, size)
-  local fits, why = M.check_size(variant, o, size)
-  if not fits then return nil, why end
-  local plan, sopts, p2 = M.plan(variant, prog, topo, o)
-  if not plan then return nil, sopts end
-  local r, err = plan:sim { size = size, tile = o.tile or M.TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
+function M.time(variant, plan, sopts, prog, o, size)
+  local r, err = plan:sim { size = size, tile = o.tile or M.SIM_TILE, depth = o.depth or M.DEPTH, nmicro = o.nmicro,
     instances = sopts.instances, rotate = sopts.rotate, slowdown = sopts.slowdown, gpu = sopts.gpu,
     trace = o.trace }
   if not r then return nil, err end
@@ -144,8 +148,20 @@ function M.run(variant, prog, topo, o, size)
   r.variant, r.sched, r.tb_policy, r.fused = variant, rep.sched, rep.tb_policy, rep.fused
   r.ce_copies, r.pulls = rep.ce_copies, rep.pulls
   r.slowdown = sopts.slowdown or 0
-  r.algorithm = p2 and p2:info().name or prog:info().name
+  r.algorithm = prog:info().name
   return r
+end
+
+--- Simulate one variant at one size (M.plan, then M.time).
+---@param plan userdata|nil as M.plan takes it
+---@return table|nil result, string|nil error
+function M.run(variant, prog, topo, o, size, plan)
+  local fits, why = M.check_size(variant, o, size)
+  if not fits then return nil, why end
+  local sopts
+  plan, sopts, prog = M.plan(variant, prog, topo, o, plan)
+  if not plan then return nil, sopts end
+  return M.time(variant, plan, sopts, prog, o, size)
 end
 
 -- ------------------------------------------------------------------ text

@@ -1,4 +1,4 @@
--- lua/resccl/cli.lua: what resccl bench hands to resccl-bench.
+-- lua/resccl/cli/: what resccl bench hands to resccl-bench.
 local cli = require "resccl.cli"
 local h = require "helper"
 

@@ -42,7 +42,7 @@ static uintptr_t prev_loc;
 
 /* Line hook: count the edge (previous line -> this line) in Lua code. It
    is a Lua hook function (debug.sethook's, called with "line" and the line),
-   not a C lua_Hook: lua/resccl/init.lua's budgeted calls save the hook with
+   not a C lua_Hook: lua/resccl/sandbox.lua's budgeted calls save the hook with
    debug.gethook and put it back after, which only a function survives
    (gethook reports a C hook as the string "external hook"). While a
    budgeted call runs, its own hook stands in for this one. */
