@@ -90,7 +90,7 @@ rcStatus plan_file(const Plan *const *pls, int n, Buf *out, Err *e) {
    nothing is pushed any more: an all-gather whose receives pulled moved
    9-33% less than its pushes from 8 to 64 MiB, and a two-rank ring
    all-reduce pulling its first hop and pushing its second 10-17% less from
-   16 to 32 MiB (BENCHMARKS.md); one whose reductions put their sums
+   16 to 32 MiB (docs/journal/gpu-2026-12-01.md, "Pulls"); one whose reductions put their sums
    themselves (put_on) pushes nothing. */
 static int keep_ce(const Plan *pl) { return pl->nce > 0 && plan_forms(pl).ce_ends == 0; }
 static int keep_pull(const Plan *pl) {

@@ -78,19 +78,20 @@
 --   intra_sat 8: 8 TBs saturate the link (§8.1, §8.4).
 --   intra_gamma 0.1: 12 TBs deliver 314-335 instead of 351 (z = 1.5, -5 to
 --     -11%), 16 deliver 333-344, 32 deliver 350 (§8.4).
---   alpha_us 1: not fitted yet; tools/calibrate fits it from a bench CSV.
+--   alpha_us 1: not fitted yet; tools/paper/calibrate fits it from a bench CSV.
 --   ce_gbps 392: the copy engine, both directions at once (397 one way;
---     §8.1); `resccl bench` reached 389.5-390.2 from 4 GiB (BENCHMARKS.md).
+--     §8.1); `resccl bench` reached 389.5-390.2 from 4 GiB (docs/journal/gpu-2026-11-30.md).
 --   ce_local_gbps 2100: local device-to-device copies move 4.2 TB/s read +
 --     write (§8.1).
 --   ce_lat_us 1.5: four copies on one stream took 6 us a call in CUDA
---     graphs (BENCHMARKS.md, "A copy-engine call's fixed cost").
+--     graphs (docs/journal/gpu-2026-12-01.md, "A copy-engine call's fixed
+--     cost").
 --   ce_sync_us 12: fitted, with ce_lat_us, to the two-rank all-gather with
 --     no block launched call by call: about 26 us a call in all, 19.0 GB/s
---     at 1 MiB, 301.7 at 64 MiB, 383.4 at 1 GiB (BENCHMARKS.md, "Copy
---     engines"); the host's queueing is in it (about 15 CUDA calls).
---   read_gbps 337: reads over NVLink top out there (tools/probe-pull.cu,
---     BENCHMARKS.md "Pulls"); 16 and 32 pulling blocks reach it.
+--     at 1 MiB, 301.7 at 64 MiB, 383.4 at 1 GiB (docs/journal/gpu-2026-11-30.md,
+--     "Copy engines"); the host's queueing is in it (about 15 CUDA calls).
+--   read_gbps 337: reads over NVLink top out there (tools/probes/probe-pull.cu,
+--     docs/journal/gpu-2026-12-01.md "Pulls"); 16 and 32 pulling blocks reach it.
 --   tb_read_gbps 39: 8 pulling blocks read and reduce 311 GB/s (probe).
 --   pull_sync_us 2.6: the probe's two barriers at 1 MiB (10.7 against 8.1
 --     us a call).
