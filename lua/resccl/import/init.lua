@@ -5,6 +5,13 @@
 --   M.detect(text)      true when the text looks like this format
 --   M.import(text, path) -> the import record below, or error("file:line: ...", 0)
 -- and is listed in FORMATS. Adding a synthesizer is adding a file here.
+-- Each importer's header lists its passes, and its M.import calls one
+-- function per pass in that order. What two or more of them (or the MSCCL
+-- XML exporter) share is here: messages and JSON checks (checker, shown,
+-- json_decode, liner), the collectives' geometry and in-place aliasing
+-- (COLLECTIVES, buffer_sizes, inplace_ref, inplace_copies), walks over a
+-- file's TBs (tb_list, step_list, runqueue, by_round), the transfer
+-- record (xfer) and a file's name without its extension (base_name).
 --
 -- The import record:
 --   { format, path, line, name, collective, ranks, chunks, inplace, outofplace,
@@ -25,6 +32,12 @@ local M = {}
 
 -- Tried in this order; JSON formats are told apart by their keys.
 local FORMATS = { "msccl_xml", "taccl_json", "teccl_json", "mscclpp_json" }
+
+--- The collectives' names in files, and resccl's name for each.
+M.COLLECTIVES = {
+  allreduce = "allreduce", allgather = "allgather", alltoall = "alltoall",
+  reducescatter = "reducescatter", reduce_scatter = "reducescatter",
+}
 
 -- Largest ranks x (input + output) chunks an import may describe, and
 -- chunks per block (core.program's bound).

@@ -56,10 +56,7 @@ local TYPES = {
   nop  = {},
 }
 
-local COLLS = {
-  allreduce = "allreduce", allgather = "allgather", alltoall = "alltoall",
-  reduce_scatter = "reducescatter", reducescatter = "reducescatter",
-}
+local COLLS = import.COLLECTIVES
 -- The names looked for in an <algo> name without coll (the last found wins).
 local COLL_NAMES = { "allreduce", "allgather", "alltoall", "reduce_scatter", "reducescatter" }
 local UNSUPPORTED_COLLS = {

@@ -51,10 +51,7 @@ local MAX_SPLIT = 64       -- parts of a chunk that tbg_info may ask for
 local MAX_RACE_TBS = 1024  -- TBs the race check keeps vector clocks for
 local MAX_TOUCHES = 1 << 22 -- chunk parts the ops read and write, summed
 
-local COLLS = {
-  allreduce = "allreduce", allgather = "allgather", alltoall = "alltoall",
-  reducescatter = "reducescatter", reduce_scatter = "reducescatter",
-}
+local COLLS = import.COLLECTIVES
 local BUFS = { i = "input", o = "output", s = "scratch" }
 local BUF_CODE = { input = 0, output = 1, scratch = 2 }
 

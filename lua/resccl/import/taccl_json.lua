@@ -44,7 +44,7 @@ local function collective(obj, rd)
   for _, n in ipairs(names) do
     local l = n:lower()
     for _, c in ipairs(COLLS) do
-      if l:find(c, 1, true) then return c == "reduce_scatter" and "reducescatter" or c end
+      if l:find(c, 1, true) then return import.COLLECTIVES[c] end
     end
   end
   rd.fail(1, "cannot tell the collective from %s (allgather, alltoall, allreduce, reducescatter)",
