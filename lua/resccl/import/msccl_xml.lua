@@ -108,7 +108,7 @@ local function attr_int(rd, node, key, dflt, lo, hi)
     rd.fail(node.line, "<%s> needs attribute %s", node.name, key)
   end
   local n = math.tointeger(tonumber(v))
-  if not n or not v:match "^%s*[-+]?%d+%s*$" then
+  if not n or not v:find "^%s*[-+]?%d+%s*$" then
     rd.fail(node.line, "<%s> attribute %s=\"%s\" is not an integer", node.name, key, v)
   end
   if (lo and n < lo) or (hi and n > hi) then
