@@ -4,18 +4,18 @@
 -- over time; an MSCCL TB owns at most one send peer and one receive peer
 -- (one NCCL connection each). M.write runs four passes, each a function
 -- below, in this order:
---   1. tbs       each of our TBs becomes one or more MSCCL TBs: a primitive
---                goes to the TB that already owns its peers, or to a new one;
---                a fused primitive whose two peers live in different TBs is
---                split into its receive and its send. copySend becomes cpy +
---                s, and a step moves at most 71 chunks.
---   2. deps      order inside our TB that the split would lose, and our
---                cross-TB waits, become depid/deps (extra ones as nop steps,
---                as MSCCL requires one dependency per step).
---   3. channels  TBs joined by a connection share one; groups are spread over
---                channels so that no GPU has more than 32 sending or
---                receiving TBs on one.
---   4. text      the XML, and notes on what the runtimes may not take.
+--   1. build_tbs  each of our TBs becomes one or more MSCCL TBs: a primitive
+--                 goes to the TB that already owns its peers, or to a new
+--                 one; a fused primitive whose two peers live in different
+--                 TBs is split into its receive and its send. copySend
+--                 becomes cpy + s, and a step moves at most 71 chunks.
+--   2. link_deps  order inside our TB that the split would lose, and our
+--                 cross-TB waits, become depid/deps (extra ones as nop
+--                 steps, as MSCCL requires one dependency per step).
+--   3. channels   TBs joined by a connection share one; groups are spread
+--                 over channels so that no GPU has more than 32 sending or
+--                 receiving TBs on one.
+--   4. text       the XML; then note says what the runtimes may not take.
 local import = require "resccl.import"
 
 local M = {}

@@ -149,7 +149,9 @@ function M.checker(path, warnings, null)
   --- An integer in lo..hi.
   function c.int(v, what, line, lo, hi)
     local n = math.type(v) and math.tointeger(v)
-    if not n or n < lo or n > hi then c.fail(line, "%s must be an integer in %d..%d, got %s", what, lo, hi, c.shown(v)) end
+    if not n or n < lo or n > hi then
+      c.fail(line, "%s must be an integer in %d..%d, got %s", what, lo, hi, c.shown(v))
+    end
     return n
   end
   --- A list (a table with keys 1..n only); with `optional`, nothing is {}.

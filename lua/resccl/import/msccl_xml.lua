@@ -593,8 +593,9 @@ local function receive(algo, st, acc, rec)
       snd.line, "staged send", here(snd)))
     from = t
   end
-  rec(st.pos, 2, import.xfer(snd.gpu, from.buf, from.idx, r, into.buf, into.idx, st.cnt, T.reduce and "reduce" or "copy",
-    st.round, st.line, snd.type .. "/" .. st.type, { snd.tb.id, snd.s, st.tb.id, st.s, st.tb.chan }))
+  local op = T.reduce and "reduce" or "copy"
+  rec(st.pos, 2, import.xfer(snd.gpu, from.buf, from.idx, r, into.buf, into.idx, st.cnt, op, st.round, st.line,
+    snd.type .. "/" .. st.type, { snd.tb.id, snd.s, st.tb.id, st.s, st.tb.chan }))
 end
 
 --- 7. The transfers, in an order the core's (step, record order) sort keeps:

@@ -592,7 +592,9 @@ local function normalise(plan, rd)
       for _, x in ipairs(op[side] or {}) do
         x.file_buf, x.file_idx = x.buf, x.idx
         local buf, idx = x.buf, x.idx
-        if plan.inplace then buf, idx = import.inplace_ref(plan.coll, C, plan.G[x.rank].size.scratch, x.rank, buf, idx) end
+        if plan.inplace then
+          buf, idx = import.inplace_ref(plan.coll, C, plan.G[x.rank].size.scratch, x.rank, buf, idx)
+        end
         local n = x.n * L
         x.buf, x.idx, x.n = buf, idx * L, n
         touches = touches + n
@@ -610,7 +612,8 @@ local function normalise(plan, rd)
           local mode, other = x.pkt and "pkt" or "plain", x.pkt and "plain" or "pkt"
           s[mode] = s[mode] or op.line
           if s[other] then
-            rd.fail(op.line, "gpu %d's scratch holds LL packets (line %d) and plain data (line %d)", x.rank, s.pkt, s.plain)
+            rd.fail(op.line, "gpu %d's scratch holds LL packets (line %d) and plain data (line %d)", x.rank, s.pkt,
+              s.plain)
           end
         end
       end
@@ -942,7 +945,9 @@ local function reduce_transfers(op, xfer, rd)
     if same(s, out) then base = j end
   end
   for j, s in ipairs(op.src) do
-    if j ~= base and overlap(s, out) then rd.fail(op.line, "%s reads %s while it writes %s", op.what, name(s), name(out)) end
+    if j ~= base and overlap(s, out) then
+      rd.fail(op.line, "%s reads %s while it writes %s", op.what, name(s), name(out))
+    end
   end
   if not same(op.src[base], out) then
     if overlap(op.src[base], out) then
@@ -965,8 +970,8 @@ local function transfers(plan, ops, rd)
   local L = plan.split
   local xs, after = {}, {}
   if plan.inplace then
-    xs, after = import.inplace_copies(plan.coll, plan.ranks, plan.C * L, function(r) return plan.G[r].size.scratch * L end,
-      function(r) return plan.G[r].line end)
+    local function base(r) return plan.G[r].size.scratch * L end
+    xs, after = import.inplace_copies(plan.coll, plan.ranks, plan.C * L, base, function(r) return plan.G[r].line end)
   end
   local function xfer(s, d, kind, op)
     xs[#xs + 1] = import.xfer(s.rank, s.buf, s.idx, d.rank, d.buf, d.idx, s.n, kind, op.round, op.line, op.what)

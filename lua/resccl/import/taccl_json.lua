@@ -11,8 +11,8 @@
 -- Import happens in six passes, each a function below (M.import calls
 -- them in this order):
 --   1. collective  from the collective object, its name, or the algorithm's.
---   2. maps        input_map and output_map: per rank, its set of addresses.
---   3. sends       every send of every step, checked, with the line of its
+--   2. read_maps   input_map and output_map: per rank, its set of addresses.
+--   3. read_sends  every send of every step, checked, with the line of its
 --                  step; the number of ranks.
 --   4. geometry    chunks per block, from rank 0's input addresses.
 --   5. locate      per rank, each address's buffer and index, and the copies
@@ -93,7 +93,9 @@ local function read_send(s, k, j, line, n, maps, null, rd)
   if redop == nil or redop == null or redop == "nop" or redop == "copy" then x.op = "copy"
   elseif redop == "rrc" or redop == "reduce" or redop == "sum" then x.op = "reduce"
   else rd.fail(line, "%s: unknown reduction '%s' (rrc or none)", where, tostring(redop)) end
-  if not maps.known[x.addr] then rd.fail(line, "%s: chunk %d is in no rank's input_map or output_map", where, x.addr) end
+  if not maps.known[x.addr] then
+    rd.fail(line, "%s: chunk %d is in no rank's input_map or output_map", where, x.addr)
+  end
   if x.src == x.dst then rd.fail(line, "%s sends from rank %d to itself", where, x.src) end
   if x.src >= MAX_RANKS or x.dst >= MAX_RANKS then rd.fail(line, "%s: rank out of range", where) end
   return x
@@ -118,7 +120,9 @@ local function read_sends(obj, text, maps, null, rd)
   local sends = {}
   for k, step in ipairs(obj.steps) do
     local line = step_line[k] or 1
-    if type(step) ~= "table" or type(step.sends) ~= "table" then rd.fail(line, "steps[%d] has no 'sends' list", k - 1) end
+    if type(step) ~= "table" or type(step.sends) ~= "table" then
+      rd.fail(line, "steps[%d] has no 'sends' list", k - 1)
+    end
     for j, s in ipairs(step.sends) do
       local x = read_send(s, k, j, line, #sends, maps, null, rd)
       R = math.max(R, x.src + 1, x.dst + 1)

@@ -13,16 +13,17 @@
 --
 -- Import happens in six passes, each a function below (M.import calls
 -- them in this order), filling in one schedule table:
---   1. keys       which keys hold the flows, the chunk paths, the demands.
---   2. flows      each flow string read, with its line in the file; the node
---                 ids it names as GPUs or switches.
---   3. demands    (destination, chunk, source) from the chunk paths; GPU ids
---                 from them or from Demand_Met.
---   4. ranks      the GPU ids, sorted, become ranks 0..n-1.
---   5. blocks     the collective (what the demands ask for) and each chunk's
---                 place in its block; each rank's own block is copied first.
---   6. transfers  the flows by epoch; inside an epoch a GPU forwards a chunk
---                 only after it has it.
+--   1. find_keys     which keys hold the flows, the chunk paths, the demands.
+--   2. read_flows    each flow string read, with its line in the file; the
+--                    node ids it names as GPUs or switches.
+--   3. read_demands  (destination, chunk, source) from the chunk paths; GPU
+--                    ids from them or from Demand_Met.
+--   4. number_ranks  the GPU ids, sorted, become ranks 0..n-1.
+--   5. blocks        the collective (what the demands ask for) and each
+--                    chunk's place in its block; each rank's own block is
+--                    copied first.
+--   6. transfers     the flows by epoch; inside an epoch a GPU forwards a
+--                    chunk only after it has it.
 local import = require "resccl.import"
 
 local M = {}
@@ -156,7 +157,9 @@ local function collective(sch, rd)
       if n ~= 1 then one = false end
     end
     if one and not all then sch.coll = "alltoall"
-    elseif not all then rd.fail(1, "the demands are neither an AllGather (every GPU needs every chunk) nor an AllToAll") end
+    elseif not all then
+      rd.fail(1, "the demands are neither an AllGather (every GPU needs every chunk) nor an AllToAll")
+    end
   else
     rd.warn(1, "no demands in the file; taken as AllGather")
   end
@@ -172,7 +175,9 @@ local function blocks(sch, rd)
   if sch.coll == "allgather" then
     for s = 0, R - 1 do
       local cs = import.sorted_keys(chunks_of[s] or {})
-      if C and #cs ~= C then rd.fail(1, "GPU %d has %d chunks, GPU %d has %d: blocks must be equal", ids[s + 1], #cs, ids[1], C) end
+      if C and #cs ~= C then
+        rd.fail(1, "GPU %d has %d chunks, GPU %d has %d: blocks must be equal", ids[s + 1], #cs, ids[1], C)
+      end
       C = #cs
       for j, c in ipairs(cs) do sch.index[s .. ":" .. c] = j - 1 end
     end
