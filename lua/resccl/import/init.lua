@@ -5,6 +5,13 @@
 --   M.detect(text)      true when the text looks like this format
 --   M.import(text, path) -> the import record below, or error("file:line: ...", 0)
 -- and is listed in FORMATS. Adding a synthesizer is adding a file here.
+-- Each importer's header lists its passes, and its M.import calls one
+-- function per pass in that order. What two or more of them (or the MSCCL
+-- XML exporter) share is here: messages and JSON checks (checker, shown,
+-- json_decode, liner), the collectives' geometry and in-place aliasing
+-- (COLLECTIVES, buffer_sizes, inplace_ref, inplace_copies), walks over a
+-- file's TBs (tb_list, step_list, runqueue, by_round), the transfer
+-- record (xfer) and a file's name without its extension (base_name).
 --
 -- The import record:
 --   { format, path, line, name, collective, ranks, chunks, inplace, outofplace,
@@ -25,6 +32,12 @@ local M = {}
 
 -- Tried in this order; JSON formats are told apart by their keys.
 local FORMATS = { "msccl_xml", "taccl_json", "teccl_json", "mscclpp_json" }
+
+--- The collectives' names in files, and resccl's name for each.
+M.COLLECTIVES = {
+  allreduce = "allreduce", allgather = "allgather", alltoall = "alltoall",
+  reducescatter = "reducescatter", reduce_scatter = "reducescatter",
+}
 
 -- Largest ranks x (input + output) chunks an import may describe, and
 -- chunks per block (core.program's bound).
@@ -85,13 +98,28 @@ function M.runqueue()
   return rq
 end
 
+--- A function from byte offset to 1-based line in text (one scan, then a
+--- binary search per call).
+---@param text string
+---@return fun(at: integer): integer
+function M.liner(text)
+  local nl = {}
+  for p in text:gmatch "()\n" do nl[#nl + 1] = p end
+  return function(at)
+    local lo, hi = 1, #nl -- count newlines before `at`
+    while lo <= hi do
+      local mid = (lo + hi) // 2
+      if nl[mid] < at then lo = mid + 1 else hi = mid - 1 end
+    end
+    return lo
+  end
+end
+
 --- The 1-based line of byte offset `at` in text.
 ---@param text string
 ---@param at integer
 function M.line_of(text, at)
-  local n = 1
-  for _ in text:sub(1, math.max(0, at - 1)):gmatch "\n" do n = n + 1 end
-  return n
+  return M.liner(text)(at)
 end
 
 --- A JSON value as messages show it: integers without ".0" (cjson decodes
@@ -104,6 +132,131 @@ function M.shown(v, null)
   if v == null then return "null" end
   if type(v) == "table" then return "a list or object" end
   return tostring(math.tointeger(v) or v)
+end
+
+--- An importer's messages about one file, and the checks of its JSON values.
+--- c.fail(line, fmt, ...) raises "path:line: ..."; c.warn(line, fmt, ...)
+--- adds it to `warnings`; c.shown(v) is M.shown with cjson's null; c.int,
+--- c.list and c.object return a value of that type or fail with `what`.
+---@param path string
+---@param warnings table|nil
+---@param null any cjson's null (nil for other formats)
+function M.checker(path, warnings, null)
+  local c = {}
+  function c.fail(line, fmt, ...) error(("%s:%d: " .. fmt):format(path, line or 0, ...), 0) end
+  function c.warn(line, fmt, ...) warnings[#warnings + 1] = ("%s:%d: " .. fmt):format(path, line or 0, ...) end
+  function c.shown(v) return M.shown(v, null) end
+  --- An integer in lo..hi.
+  function c.int(v, what, line, lo, hi)
+    local n = math.type(v) and math.tointeger(v)
+    if not n or n < lo or n > hi then
+      c.fail(line, "%s must be an integer in %d..%d, got %s", what, lo, hi, c.shown(v))
+    end
+    return n
+  end
+  --- A list (a table with keys 1..n only); with `optional`, nothing is {}.
+  function c.list(v, what, line, optional)
+    if v == nil and optional then return {} end
+    local ok = type(v) == "table"
+    if ok then
+      local n = #v
+      for k in pairs(v) do
+        if math.type(k) ~= "integer" or k < 1 or k > n then ok = false break end
+      end
+    end
+    if not ok then c.fail(line, "%s must be a list, got %s", what, c.shown(v)) end
+    return v
+  end
+  function c.object(v, what, line)
+    if type(v) ~= "table" then c.fail(line, "%s must be an object, got %s", what, c.shown(v)) end
+    return v
+  end
+  return c
+end
+
+--- A file's base name without its extension, or `dflt` when it has none.
+---@param path string
+---@param dflt string
+function M.base_name(path, dflt)
+  return path:match "([^/]+)%.[^.]*$" or dflt
+end
+
+--- One transfer of the import record.
+function M.xfer(src, sbuf, sidx, dst, dbuf, didx, cnt, op, step, line, what, hint)
+  return { src = src, sbuf = sbuf, sidx = sidx, dst = dst, dbuf = dbuf, didx = didx, cnt = cnt, op = op, step = step,
+    line = line, what = what, hint = hint }
+end
+
+--- Input and output chunks per rank of a collective with C chunks per block.
+---@return integer input, integer output
+function M.buffer_sizes(coll, R, C)
+  return (coll == "reducescatter" or coll == "alltoall") and R * C or C,
+    (coll == "allgather" or coll == "alltoall") and R * C or C
+end
+
+-- In-place files address one buffer through both names. The core aliases
+-- the output in place; but a reduce-scatter's in-place buffer is its input,
+-- which out of place is the caller's and stays as it was (NCCL's sendbuff
+-- is const), so such a file works in scratch after its own (from `base`):
+-- the input copied there first and the result copied out last, in both
+-- placements (the program is one).
+
+--- Where rank r's (buf, idx) of an in-place file lives in resccl's buffers.
+---@param base integer the rank's first scratch chunk after the file's own
+---@return string buf, integer idx
+function M.inplace_ref(coll, C, base, r, buf, idx)
+  if coll == "reducescatter" then
+    if buf ~= "scratch" then return "scratch", base + (buf == "output" and r * C or 0) + idx end
+  elseif buf == "input" then
+    return "output", (coll == "allgather" and r * C or 0) + idx
+  end
+  return buf, idx
+end
+
+--- The placement copies of an in-place file: on each rank the input enters
+--- the in-place buffer first (a copy the core drops for in-place calls), and
+--- a reduce-scatter's result leaves scratch last.
+---@param base fun(r: integer): integer the rank's `base` for M.inplace_ref
+---@param line fun(r: integer): integer the line a rank's copies show
+---@return table before, table after transfers
+function M.inplace_copies(coll, R, C, base, line)
+  local before, after = {}, {}
+  local nin = M.buffer_sizes(coll, R, C)
+  for r = 0, R - 1 do
+    local buf, idx = M.inplace_ref(coll, C, base(r), r, "input", 0)
+    before[r + 1] = M.xfer(r, "input", 0, r, buf, idx, coll == "allgather" and C or nin, "copy", -1, line(r),
+      "in-place input")
+    if coll == "reducescatter" then
+      buf, idx = M.inplace_ref(coll, C, base(r), r, "output", 0)
+      after[r + 1] = M.xfer(r, buf, idx, r, "output", 0, C, "copy", 1 << 30, line(r), "in-place output")
+    end
+  end
+  return before, after
+end
+
+--- The TBs of ranks 0..R-1 (gpus[r].tbs), in order, as one list.
+function M.tb_list(gpus, R)
+  local list = {}
+  for r = 0, R - 1 do
+    for _, tb in ipairs(gpus[r].tbs) do list[#list + 1] = tb end
+  end
+  return list
+end
+
+--- The entries of list `key` (steps, ops) of the TBs, in order, as one list.
+function M.step_list(tbs, key)
+  local list = {}
+  for _, tb in ipairs(tbs) do
+    for _, st in ipairs(tb[key]) do list[#list + 1] = st end
+  end
+  return list
+end
+
+--- Steps (or ops) in the order a file's run gave them: by round, then by
+--- st.seq, the step's place in the order of ranks, TB ids and the TB's steps.
+function M.by_round(x, y)
+  if x.round ~= y.round then return x.round < y.round end
+  return x.seq < y.seq
 end
 
 --- Decode JSON with lua-cjson; malformed input is "file:line: malformed JSON: ...".
@@ -159,36 +312,29 @@ function M.algorithm_name(name, path)
   return base ~= "" and word(base) or "imported"
 end
 
---- Import text in the given (or detected) format.
----@param text string
----@param path string
----@param format string|nil module name, e.g. "taccl_json"
----@return table imp
-function M.from_text(text, path, format)
-  local mod
-  if format then
-    mod = require("resccl.import." .. format)
-  else
-    mod = M.detect(text)
-    if not mod and path:match "%.[xX][mM][lL]$" then mod = require "resccl.import.msccl_xml" end
-    if not mod then
-      local json = text:match "^%s*[%[{]"
-      if json then M.json_decode(text, path) end -- report malformed JSON first
-      error(("%s:1: not a known algorithm format (%s)"):format(path, json
-        and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'"
-        or "MSCCL XML, TACCL JSON, TE-CCL JSON, MSCCL++ JSON"), 0)
-    end
-  end
-  local imp = mod.import(text, path)
-  imp.name = M.algorithm_name(imp.name, path)
+-- The module that reads text in `format`, or the one that detects it.
+local function module_for(text, path, format)
+  if format then return require("resccl.import." .. format) end
+  local mod = M.detect(text)
+  if not mod and path:match "%.[xX][mM][lL]$" then mod = require "resccl.import.msccl_xml" end
+  if mod then return mod end
+  local json = text:match "^%s*[%[{]"
+  if json then M.json_decode(text, path) end -- report malformed JSON first
+  error(("%s:1: not a known algorithm format (%s)"):format(path, json
+    and "JSON without TACCL 'steps'/'sends', TE-CCL 'Flows' or MSCCL++ 'gpus'"
+    or "MSCCL XML, TACCL JSON, TE-CCL JSON, MSCCL++ JSON"), 0)
+end
+
+-- Refuse a record that moves nothing, or that is larger than the core keeps
+-- state for (per rank and chunk; no real file comes near).
+local function check_size(imp, path)
   local moved = 0 -- transfers other than placement copies (steps -1 and 2^30)
   for _, x in ipairs(imp.xfers) do
     if x.step >= 0 and x.step < 1 << 30 then moved = moved + 1 end
   end
   if moved == 0 then error(("%s:%d: the file moves no data"):format(path, imp.line or 1), 0) end
-  -- The core keeps state per rank and chunk; refuse sizes no real file has.
-  local per = imp.chunks * ((imp.collective == "allreduce") and 2 or (imp.collective == "alltoall") and 2 * imp.ranks
-    or imp.ranks + 1)
+  local nin, nout = M.buffer_sizes(imp.collective, imp.ranks, imp.chunks)
+  local per = nin + nout
   if imp.chunks > MAX_CHUNKS then
     error(("%s:%d: %d chunks per block, more than resccl handles (%d)"):format(path, imp.line or 1, imp.chunks,
       MAX_CHUNKS), 0)
@@ -197,6 +343,17 @@ function M.from_text(text, path, format)
     error(("%s:%d: %d ranks with %d chunks per block make %d buffer chunks, more than resccl handles (%d)"):format(
       path, imp.line or 1, imp.ranks, imp.chunks, imp.ranks * per, MAX_LOCATIONS), 0)
   end
+end
+
+--- Import text in the given (or detected) format.
+---@param text string
+---@param path string
+---@param format string|nil module name, e.g. "taccl_json"
+---@return table imp
+function M.from_text(text, path, format)
+  local imp = module_for(text, path, format).import(text, path)
+  imp.name = M.algorithm_name(imp.name, path)
+  check_size(imp, path)
   return imp
 end
 
