@@ -8,23 +8,6 @@
 
 #include "core.h"
 
-static const char *const stage_names[NSTAGE] = {"dag", "sched", "lower", "tb", "verify", "emit"};
-
-const char *stage_name(int s) { return (unsigned)s < NSTAGE ? stage_names[s] : "?"; }
-
-int stage_parse(const char *s) {
-  for (int i = 0; i < NSTAGE; i++)
-    if (strcmp(s, stage_names[i]) == 0) return i;
-  return -1;
-}
-
-const char *tb_policy_name(TbPolicy t) {
-  static const char *const names[] = {"state", "conn", "manual", "merge"};
-  return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
-}
-
-static void unlower(Plan *pl);
-
 #define STAGE(st, call)                         \
   do {                                          \
     double t0_ = now_ms();                      \
@@ -61,7 +44,7 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
     if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO && o->tb != TB_MANUAL) {
       int again = -marks;
       for (int k = 0; k < pl->dag.n; k++) again += pl->nofuse[k];
-      unlower(pl);
+      plan_unlower(pl);
       if (!again || round >= 8) pl->opt.fuse = FUSE_NEVER;
       pl->reached = ST_SCHED + 1;
       continue;
@@ -72,45 +55,3 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
   }
 }
 
-/* Drop what lowering and TB allocation built, keeping the DAG and schedule. */
-static void unlower(Plan *pl) {
-  free(pl->p), free(pl->conn), free(pl->wait), free(pl->task_send), free(pl->task_recv);
-  free(pl->rank_off), free(pl->rank_prims), free(pl->ntb), free(pl->tb_off), free(pl->tb_base), free(pl->tb_prims);
-  free(pl->ce);
-  pl->ce = NULL, pl->nce = pl->nceflags = pl->nceposts = pl->npulls = pl->nputs = 0;
-  pl->p = NULL, pl->conn = NULL, pl->wait = NULL, pl->task_send = pl->task_recv = NULL;
-  pl->rank_off = pl->rank_prims = pl->ntb = pl->tb_off = pl->tb_base = pl->tb_prims = NULL;
-  pl->np = pl->nconn = pl->nwait = pl->nflags = pl->ntbs = 0;
-}
-
-void plan_free(Plan *pl) {
-  dag_free(&pl->dag);
-  sched_free(&pl->sched);
-  unlower(pl);
-  exec_host_unload(pl);
-  free(pl->nofuse), free(pl->complete), free(pl->split);
-  memset(pl, 0, sizeof *pl);
-}
-
-int plan_tbs_max(const Plan *pl) {
-  int m = 0;
-  for (int r = 0; pl->ntb && r < pl->prog->nranks; r++)
-    if (pl->ntb[r] > m) m = pl->ntb[r];
-  return m;
-}
-
-int plan_maxcnt(const Plan *pl) {
-  int m = 1;
-  for (int t = 0; t < pl->dag.n; t++) m = pl->dag.t[t].cnt > m ? pl->dag.t[t].cnt : m;
-  return m;
-}
-
-int plan_fifo_slots(const Plan *pl) {
-  int m = 1;
-  for (int i = 0; i < pl->np && pl->split; i++) m = pl->split[i] && pl->p[i].cnt > m ? pl->p[i].cnt : m;
-  return pl->buffered ? BUFFERED_TILES * m : 0;
-}
-
-const char *plan_task_where(const Plan *pl, int task, char *out, size_t n) {
-  return prog_where(pl->prog, pl->prog->xf[pl->dag.t[task].xf].at, out, n);
-}

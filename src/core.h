@@ -387,11 +387,29 @@ typedef struct {
   void *host_so;         /* the emitted host program, compiled and loaded by the first run */
 } Plan;
 
+/* Run the passes (compile.c). */
 rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e);
-void plan_free(Plan *pl);
-const char *stage_name(int s);
-int stage_parse(const char *s);
+
+/* ---------------------------------------------------------------- plan.c */
+
+/* Names of the enums, indexed by value and NULL-terminated: what the
+   bindings take. stage_names() lists what --stop-after takes. */
+const char *const *sched_names(void);
+const char *const *tb_policy_names(void);
+const char *const *fuse_names(void);
+const char *const *order_names(void);
+const char *const *stage_names(void);
+/* One name ("?" when out of range). */
+const char *sched_name(SchedKind k);
 const char *tb_policy_name(TbPolicy t);
+const char *order_name(ExecOrder o);
+const char *prim_name(int k);
+const char *stage_name(int s);
+int stage_parse(const char *s); /* -1 when unknown */
+
+/* Drop what lowering and the passes after it built, keeping the DAG and schedule. */
+void plan_unlower(Plan *pl);
+void plan_free(Plan *pl);
 int plan_tbs_max(const Plan *pl);
 /* Most chunks one task moves (at least 1). */
 int plan_maxcnt(const Plan *pl);
@@ -424,9 +442,10 @@ rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
    shipped algorithms' merged plans); executors check the count they run. */
 #define BUFFERED_MICRO 64
 
+/* ---------------------------------------------------------------- dump.c */
+
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
-const char *prim_name(int k);
 
 /* ---------------------------------------------------------------- emit.c */
 

@@ -7,10 +7,6 @@
 
 #include "core.h"
 
-static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "rrs", "cs", "copy", "reduce"};
-
-const char *prim_name(int k) { return (unsigned)k < NPRIM ? prim_names[k] : "?"; }
-
 static void loc(Buf *b, int buf, int idx, int cnt) {
   buf_printf(b, "%s[%d", buf_name(buf), idx);
   if (cnt > 1) buf_printf(b, "+%d", cnt);
@@ -54,7 +50,7 @@ static void dump_dag(const Plan *pl, Buf *b) {
 
 static void dump_sched(const Plan *pl, Buf *b) {
   const Sched *s = &pl->sched;
-  buf_printf(b, "sched %s: %d sub-pipelines\n", s->kind == SK_HPDS ? "hpds" : "rr", s->nslots);
+  buf_printf(b, "sched %s: %d sub-pipelines\n", sched_name(s->kind), s->nslots);
   for (int k = 0; k < pl->dag.n; k++) {
     int t = s->order[k];
     if (k == 0 || s->slot[t] != s->slot[s->order[k - 1]]) buf_printf(b, "%ssub-pipeline %d:", k ? "\n" : "", s->slot[t]);

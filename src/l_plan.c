@@ -20,21 +20,17 @@ typedef struct {
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
 static int l_compile(lua_State *L) {
-  static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
-  static const char *const orders[] = {"task", "algorithm", NULL};
-  static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
-  static const char *const fuses[] = {"never", "auto", "always", NULL};
   Program *p = checkprogram(L, 1);
   Topo *t = checktopo(L, 2);
   lua_settop(L, 3);
   if (lua_isnil(L, 3)) lua_newtable(L), lua_replace(L, 3);
   luaL_checktype(L, 3, LUA_TTABLE);
-  Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", scheds),
-               .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tbs),
-               .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuses),
-               .order = (ExecOrder)l_optenum(L, 3, "order", "task", orders), .ce = l_optbool(L, 3, "ce", 0),
+  Options o = {.sched = (SchedKind)l_optenum(L, 3, "sched", "hpds", sched_names()),
+               .tb = (TbPolicy)l_optenum(L, 3, "tb", "state", tb_policy_names()),
+               .inplace = l_optbool(L, 3, "inplace", 0), .fuse = l_optenum(L, 3, "fuse", "auto", fuse_names()),
+               .order = (ExecOrder)l_optenum(L, 3, "order", "task", order_names()), .ce = l_optbool(L, 3, "ce", 0),
                .pull = l_optbool(L, 3, "pull", 0),
-               .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stages)};
+               .stop_after = (Stage)l_optenum(L, 3, "stop_after", "verify", stage_names())};
   PlanBox *box = lua_newuserdatauv(L, sizeof *box, 2); /* stack: prog, topo, opts, plan */
   memset(box, 0, sizeof *box);
   luaL_setmetatable(L, PLAN_MT);
@@ -53,9 +49,9 @@ static int l_compile(lua_State *L) {
 static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
-  lua_pushstring(L, pl->opt.sched == SK_HPDS ? "hpds" : "rr"), lua_setfield(L, -2, "sched");
+  lua_pushstring(L, sched_name(pl->opt.sched)), lua_setfield(L, -2, "sched");
   lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
-  lua_pushstring(L, pl->opt.order == EX_TASK ? "task" : "algorithm"), lua_setfield(L, -2, "order");
+  lua_pushstring(L, order_name(pl->opt.order)), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
@@ -301,7 +297,7 @@ static int l_plan_tostring(lua_State *L) {
   lua_pushfstring(L, "Plan %s: %s, %d ranks, %d tasks", pl->prog->name, pl->opt.inplace ? "in-place" : "out-of-place",
                   pl->prog->nranks, pl->reached > ST_DAG ? pl->dag.n : 0);
   if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots,
-                                              pl->opt.sched == SK_HPDS ? "hpds" : "rr");
+                                              sched_name(pl->opt.sched));
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
                                            tb_policy_name(pl->opt.tb));
@@ -357,7 +353,7 @@ static int l_schedule_subpipelines(lua_State *L) {
 
 static int l_schedule_tostring(lua_State *L) {
   Plan *pl = schedplan(L);
-  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", pl->opt.sched == SK_HPDS ? "hpds" : "rr",
+  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", sched_name(pl->opt.sched),
                   pl->dag.n, pl->sched.nslots);
   return 1;
 }
