@@ -423,20 +423,24 @@ rcStatus lower_run(Plan *pl, Err *e);
 /* (Re)build the per-rank lists of primitives (rank_off, rank_prims) in pl->p's order. */
 void plan_rank_lists(Plan *pl);
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+rcStatus verify_run(Plan *pl, Err *e);
+
+/* ------------------------------------------------------------ deadlock.c */
+
 /* The position after primitive k of TB b's program in micro-batch m, run in
    `order`: the next primitive of its loop, the loop's first in the next
    micro-batch, or the next loop's first (m back to 0); k reaches the
    program's length when the TB is done. */
-void tb_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
-rcStatus verify_run(Plan *pl, Err *e);
-/* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
-   `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
-   stuck, and returns how many it newly marked through *nmarked. */
-rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
+void deadlock_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
+/* Whether the TB programs complete over `nmicro` micro-batches with FIFOs too
+   small to hold a tile. On a deadlock, marks in `unfuse` (per task, may be
+   NULL) the arrivals of fused primitives that are stuck, and returns how
+   many it newly marked through *nmarked. */
+rcStatus deadlock_check(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
 /* The same with connections that buffer two tiles each (Plan.buffered). On a
    deadlock, marks in `cycle` (per TB, may be NULL) the TBs of every cycle of
    blocked TBs. */
-rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
+rcStatus deadlock_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
 /* Micro-batches a buffered plan is checked over when compiled. Its deadlocks
    can need TBs to drift apart over many micro-batches first (up to 23 in the
    shipped algorithms' merged plans); executors check the count they run. */

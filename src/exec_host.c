@@ -68,7 +68,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
     }
   }
   Err dl;
-  if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
+  if (pl->buffered && deadlock_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
     return err_set(e, RC_EDEADLOCK, "%s (with %d micro-batches; compiled plans are checked with %d)", dl.msg, o->nmicro,
                    BUFFERED_MICRO);
   if (o->nslots == 0) o->nslots = need > 2 ? (int)need : 2;

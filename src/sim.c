@@ -403,7 +403,7 @@ static void tb_finish(Sim *s, int g, double now) {
   }
   s->done[k * s->NP + pi]++;
   wake(s, k * s->NP + pi);
-  tb_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
+  deadlock_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
   next_call(s, g, tb_len(s, g), now);
 }
 

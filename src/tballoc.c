@@ -228,7 +228,7 @@ static void tb_waits(Plan *pl) {
 ** a loop holds at most one sending and one receiving primitive, like a fused
 ** primitive (and an MSCCL TB: one send peer, one receive peer). Every TB
 ** merges into the first earlier one it fits. The merged plan must pass the
-** deadlock check with connections of two tiles (verify_buffered), which the
+** deadlock check with connections of two tiles (deadlock_buffered), which the
 ** executors then guarantee (Plan.buffered). When it fails, the merged TBs on
 ** its cycles are split again, no two of their parts merge again, and the
 ** merge is redone; after MERGE_ROUNDS failures, or merging nothing, the plan
@@ -410,7 +410,7 @@ static void merge(Plan *pl) {
   int np = pl->np, R = pl->prog->nranks;
   /* Only a plan that is deadlock-free as it is: otherwise the compiler first
      drops the fusions that block it (compile.c), as for state-based TBs. */
-  if (verify_deadlock(pl, 3, NULL, NULL, NULL) != RC_OK) return;
+  if (deadlock_check(pl, 3, NULL, NULL, NULL) != RC_OK) return;
   Merge m = {0};
   m.tb = xmalloc(((size_t)np + 1) * sizeof(int));
   m.ntb = xmalloc(((size_t)R + 1) * sizeof(int));
@@ -438,7 +438,7 @@ static void merge(Plan *pl) {
   for (int round = 0; round < MERGE_ROUNDS && merge_round(pl, &m) > 0; round++) {
     cycle = xrealloc(cycle, (size_t)pl->ntbs + 1);
     memset(cycle, 0, (size_t)pl->ntbs + 1);
-    if (verify_buffered(pl, BUFFERED_MICRO, cycle, NULL) == RC_OK) {
+    if (deadlock_buffered(pl, BUFFERED_MICRO, cycle, NULL) == RC_OK) {
       pl->buffered = 1;
       break;
     }
@@ -881,18 +881,4 @@ rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e) {
   if (pl->opt.ce) offload(pl);
   if (pl->opt.pull) pull_in(pl);
   return RC_OK;
-}
-
-void tb_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M) {
-  const int *prog = pl->tb_prims + pl->tb_off[b];
-  int len = pl->tb_off[b + 1] - pl->tb_off[b], lo = 0, hi = len;
-  if (order == EX_TASK) {
-    for (lo = *k; lo > 0 && pl->p[prog[lo]].join; lo--) {
-    }
-    for (hi = *k + 1; hi < len && pl->p[prog[hi]].join; hi++) {
-    }
-  }
-  if (*k + 1 < hi) ++*k;
-  else if (++*m < M) *k = lo;
-  else *m = 0, *k = hi;
 }

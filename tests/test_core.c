@@ -451,7 +451,7 @@ static void test_verify_deadlock(void **state) {
   Options o = default_opts;
   o.stop_after = ST_TB;
   assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
-  assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_OK);
+  assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_OK);
   /* Swap two primitives of one TB: a receive now precedes the send it feeds. */
   int swapped = 0;
   for (int g = 0; g < pl.ntbs && !swapped; g++) {
@@ -463,7 +463,7 @@ static void test_verify_deadlock(void **state) {
     }
   }
   assert_true(swapped);
-  assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
+  assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
   assert_non_null(strstr(e.msg, "deadlock, a cycle of"));
   plan_free(&pl);
   topo_free(t);
@@ -498,8 +498,8 @@ static void test_tb_merge(void **state) {
           assert_true(snd <= 1 && rcv <= 1);
         }
       }
-      for (int m = 1; m <= 32; m *= 2) assert_int_equal(verify_buffered(&pl, m, NULL, &e), RC_OK);
-      assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
+      for (int m = 1; m <= 32; m *= 2) assert_int_equal(deadlock_buffered(&pl, m, NULL, &e), RC_OK);
+      assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
       plan_free(&pl);
       topo_free(t);
       prog_free(p);
