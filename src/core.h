@@ -383,8 +383,6 @@ typedef struct {
                             executors which cut a range into slices move its chunks one at a time (races) */
   int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
   double stage_ms[NSTAGE];
-  /* exec_host.c */
-  void *host_so;         /* the emitted host program, compiled and loaded by the first run */
 } Plan;
 
 /* Run the passes (compile.c). */
@@ -574,9 +572,14 @@ typedef struct {
   char first_wrong[256];
 } ExecResult;
 
-/* Compiles the plan's program on the first run and keeps it in the plan. */
-rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
-void exec_host_unload(Plan *pl);
+/* A plan's host program, compiled and loaded by its first run and kept
+   for the next: one per plan, zeroed before the first run. */
+typedef struct {
+  void *so;
+} HostExec;
+/* Runs the plan's host program, from hx or into it (NULL: for this run only). */
+rcStatus exec_host(const Plan *pl, HostExec *hx, const ExecOpts *o, ExecResult *r, Err *e);
+void exec_host_close(HostExec *hx);
 /* The options make sense (avg: every reduction completes all of its chunks
    or none), a buffered plan's FIFOs hold two tiles (nslots 0 is set to what
    it needs) and it completes over nmicro micro-batches, and both ends of

@@ -15,6 +15,7 @@
 
 typedef struct {
   Plan pl;
+  HostExec hx; /* its host program, once plan:exec has run */
 } PlanBox;
 
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
@@ -207,7 +208,8 @@ static int l_redop(lua_State *L) { return l_name(L, &redops); }
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=, direct=,
               gpu=, ndev=, threads=, iters=, channels=, with=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
-  Plan *pl = &checkplan(L, 1)->pl;
+  PlanBox *box = checkplan(L, 1);
+  Plan *pl = &box->pl;
   lua_settop(L, 2);
   if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -229,7 +231,7 @@ static int l_plan_exec(lua_State *L) {
   lua_pop(L, 1);
   ExecResult r;
   Err e;
-  if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)
+  if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &box->hx, &o, &r, &e)) != RC_OK)
     return l_fail(L, &e);
   lua_createtable(L, 0, 4);
   l_setnum(L, "max_err", r.max_err);
@@ -308,7 +310,9 @@ static int l_plan_tostring(lua_State *L) {
 }
 
 static int l_plan_gc(lua_State *L) {
-  plan_free(&checkplan(L, 1)->pl);
+  PlanBox *box = checkplan(L, 1);
+  plan_free(&box->pl);
+  exec_host_close(&box->hx);
   return 0;
 }
 

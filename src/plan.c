@@ -52,7 +52,6 @@ void plan_free(Plan *pl) {
   dag_free(&pl->dag);
   sched_free(&pl->sched);
   plan_unlower(pl);
-  exec_host_unload(pl);
   free(pl->nofuse), free(pl->complete), free(pl->split);
   memset(pl, 0, sizeof *pl);
 }

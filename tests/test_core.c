@@ -513,7 +513,7 @@ static void exec_ok(Plan *pl, int direct) {
   ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
                 .timeout_ms = 5000, .direct = direct};
   ExecResult r;
-  assert_int_equal(exec_host(pl, &x, &r, &e), RC_OK);
+  assert_int_equal(exec_host(pl, NULL, &x, &r, &e), RC_OK);
   assert_int_equal(r.nwrong, 0);
 }
 
@@ -801,12 +801,12 @@ static void test_exec_merged(void **state) {
     /* 4-byte slots: a tile streams through element by element */
     ExecOpts x = {.dtype = DT_F32, .count = 1031, .nmicro = nmicro, .slot_bytes = 4, .timeout_ms = 5000, .direct = 1};
     ExecResult r;
-    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+    assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_OK);
     assert_int_equal(r.nwrong, 0);
     ExecOpts need = x;
     assert_int_equal(exec_check_sizes(&pl, &need, &e), RC_OK);
     x.nslots = need.nslots - 1;
-    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_ESIZE);
+    assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_ESIZE);
     assert_non_null(strstr(e.msg, "merged TBs need FIFOs of two tiles"));
   }
   plan_free(&pl);
@@ -829,7 +829,7 @@ static void test_exec_host(void **state) {
         ExecOpts x = {.dtype = (Dtype)dt, .op = (RedOp)op, .count = 103, .nmicro = 3, .nslots = 2,
                       .slot_bytes = 32, .timeout_ms = 5000, .direct = 1};
         ExecResult r;
-        assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+        assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_OK);
         assert_int_equal(r.nwrong, 0);
         assert_true(r.max_err == 0);
       }
