@@ -1,21 +1,42 @@
 /*
-** compile.c — the pipeline in one function. Each stage reads the previous
-** stage's result from the Plan and adds its own; --stop-after ends early.
+** compile.c — the compiler as its list of passes, each in a file of its own:
+**
+**   dag → sched → lower → tb → merge? → lend? → offload? → pull? → verify
+**
+** Each pass reads what the passes before it left in the Plan and adds its
+** own; each is timed under its name (Plan.stage_ms) and is a --stop-after
+** point. Those marked ? run only where their option asks: merge for --tb
+** merge, lend for state-based TBs (the default), offload for --ce, pull for
+** --pull. Emission is no pass: it happens on demand, per rank or per
+** target (emit.c).
 */
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 
-#define STAGE(st, call)                         \
+/* Run pass st, timed; RUN for a pass that can fail, which ends compilation. */
+#define TIME(st, call)                  \
+  do {                                  \
+    double t0_ = now_ms();              \
+    call;                               \
+    pl->stage_ms[st] += now_ms() - t0_; \
+  } while (0)
+#define RUN(st, call)                   \
+  do {                                  \
+    rcStatus rc_ = RC_OK;               \
+    TIME(st, rc_ = (call));             \
+    if (rc_ != RC_OK) return rc_;       \
+  } while (0)
+/* --stop-after st ends compilation here. */
+#define STOP(st)                                \
   do {                                          \
-    double t0_ = now_ms();                      \
-    rcStatus rc_ = (call);                      \
-    pl->stage_ms[st] += now_ms() - t0_;         \
-    if (rc_ != RC_OK) return rc_;               \
-    pl->reached = (st) + 1;                     \
     if (o->stop_after == (st)) return RC_OK;    \
+  } while (0)
+/* The plan holds stage st's result (Plan.reached), where --stop-after st ends it. */
+#define DONE(st)                  \
+  do {                            \
+    pl->reached = (st) + 1;       \
+    STOP(st);                     \
   } while (0)
 
 rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e) {
@@ -27,17 +48,33 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
   if (t->nranks != p->nranks)
     return err_set(e, RC_ETOPO, "topology %s has %d ranks, program %s has %d", t->spec, t->nranks, p->name,
                    p->nranks);
-  STAGE(ST_DAG, dag_build(&pl->dag, p, t, o->inplace, o->tb == TB_MANUAL, e));
-  STAGE(ST_SCHED, sched_run(&pl->sched, &pl->dag, o->sched, e));
+  RUN(ST_DAG, dag_build(&pl->dag, p, t, o->inplace, o->tb == TB_MANUAL, e));
+  DONE(ST_DAG);
+  RUN(ST_SCHED, sched_run(&pl->sched, &pl->dag, o->sched, e));
+  DONE(ST_SCHED);
   pl->nofuse = xcalloc((size_t)pl->dag.n + 1, 1);
   for (int round = 0;; round++) {
-    STAGE(ST_LOWER, lower_run(pl, e));
-    STAGE(ST_TB, tb_assign(pl, o->tb, e));
+    RUN(ST_LOWER, lower_run(pl, e));
+    DONE(ST_LOWER);
+    /* The TBs, then the passes that rework them: to a report the plan stays
+       at tb through them, and --stop-after tb stops after the last of them,
+       as when they were one pass (its dumps, and the golden ones made after
+       a whole compilation, show the TBs the executors get). */
+    RUN(ST_TB, tb_assign(pl, o->tb, e));
+    pl->reached = ST_TB + 1;
+    if (o->tb == TB_MERGE) TIME(ST_MERGE, merge_run(pl));
+    STOP(ST_MERGE);
+    if (o->tb == TB_STATE) TIME(ST_LEND, lend_run(pl));
+    STOP(ST_LEND);
+    if (o->ce) TIME(ST_OFFLOAD, offload_run(pl));
+    STOP(ST_OFFLOAD);
+    if (o->pull) TIME(ST_PULL, pull_run(pl));
+    STOP(ST_PULL);
+    STOP(ST_TB);
     int marks = 0;
     for (int k = 0; k < pl->dag.n; k++) marks += pl->nofuse[k];
-    double t0 = now_ms();
-    rcStatus rc = verify_run(pl, e);
-    pl->stage_ms[ST_VERIFY] += now_ms() - t0;
+    rcStatus rc = RC_OK;
+    TIME(ST_VERIFY, rc = verify_run(pl, e));
     /* Fusion ties a receive and a send to one TB, which can close a cycle.
        The verifier marks the fused primitives it found stuck; lower again
        without fusing those, and without fusion at all if that persists. */
@@ -50,8 +87,7 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
       continue;
     }
     if (rc != RC_OK) return rc;
-    pl->reached = ST_VERIFY + 1;
-    return RC_OK; /* emission happens on demand, per rank or per target */
+    DONE(ST_VERIFY);
+    return RC_OK;
   }
 }
-

@@ -162,7 +162,7 @@ typedef struct {
    aliasing turns into self-copies disappear. */
 rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
 
-/* ---------------------------------------------------------------- elide.c */
+/* --------------------------------------------------------------- elide.c */
 
 /* Drop placement copies: forward copies of read-only data into their readers,
    and fold a final copy into the task that produced its value; unless
@@ -288,11 +288,11 @@ typedef struct {
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
   uint8_t direct; /* a (copy-)send that writes straight into the receiver's buffer, and its receive */
-  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
-  uint8_t ce;     /* 1: a reduction whose input the copy engine puts (tballoc's offload): it waits for the copy */
+  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (merge.c) */
+  uint8_t ce;     /* 1: a reduction whose input the copy engine puts (offload.c): it waits for the copy */
   uint8_t pull;   /* 1: a receive that reads what it takes from the sender's buffer at (rbuf, ridx), with no
-                     send (tballoc's pull_in); a PR_RRCS one puts its result where task tout lands, with no
-                     receive there (put_on) */
+                     send (pull.c); a PR_RRCS one puts its result where task tout lands, with no receive
+                     there (pull.c's put_on) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -301,16 +301,19 @@ typedef struct {
   int wait_off, nwaits; /* waits: prim ids Plan.wait[wait_off .. wait_off+nwaits) */
 } Prim;
 
-/* -------------------------------------------------------------- compile.c */
+/* ------------------------------------------------------------- compile.c */
 
 /* Merge: state-based, then a rank's TBs merged pairwise where connections
-   that buffer two tiles keep the plan deadlock-free (tballoc.c). */
+   that buffer two tiles keep the plan deadlock-free (merge.c). */
 typedef enum { TB_STATE, TB_CONN, TB_MANUAL, TB_MERGE } TbPolicy;
 /* Task-level: a TB runs each primitive over every micro-batch before the next
    (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
 typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
-typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
+/* The passes in pipeline order (compile.c), then emission, which runs on demand. */
+typedef enum {
+  ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_MERGE, ST_LEND, ST_OFFLOAD, ST_PULL, ST_VERIFY, ST_EMIT, NSTAGE
+} Stage;
 
 typedef struct {
   SchedKind sched;
@@ -321,14 +324,13 @@ typedef struct {
   ExecOrder order;   /* how each TB loops over micro-batches */
   int ce;            /* 1: copies and puts that wait for nothing (or only for their source's one
                         writer, which counts micro-batches for them) go to the copy engine, where
-                        nothing waits for them or only the reduction of what they put (tballoc.c's
-                        offload) */
+                        nothing waits for them or only the reduction of what they put (offload.c) */
   int pull;          /* 1: receives of what a send reads while it holds the call's input read it from the
-                        sender's buffer themselves, and the send goes (tballoc.c's pull_in); not with ce */
-  Stage stop_after;  /* last stage to run */
+                        sender's buffer themselves, and the send goes (pull.c); not with ce */
+  Stage stop_after;  /* last pass to run */
 } Options;
 
-/* A copy the copy engine makes instead of a TB (tballoc.c's offload): cnt
+/* A copy the copy engine makes instead of a TB (offload.c): cnt
    chunks from (src, rbuf, ridx) to (dst, wbuf, widx) in every micro-batch,
    task `task` of the DAG; src == dst for a local copy. Flags number the
    copies a reduction waits for, from 0; counters the primitives that write
@@ -363,7 +365,7 @@ typedef struct {
   int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
   int *rank_prims;       /* in pipeline order */
   int nflags;
-  /* tballoc.c */
+  /* tballoc.c, reworked by merge.c, lend.c, offload.c, pull.c */
   int *ntb;              /* per rank */
   int *tb_off;           /* TB (r, b) is tb_prims[tb_off[tb_base[r]+b] .. tb_off[tb_base[r]+b+1]) */
   int *tb_base;          /* per rank: index of its first TB */
@@ -375,13 +377,14 @@ typedef struct {
   int nce, nceflags, nceposts;
   int npulls;            /* receives that pull (Prim.pull) */
   int nputs;             /* of those, reductions that also put their result in a peer's buffer, which no receive
-                            waits for (tballoc.c's put_on): the call's end publishes them */
+                            waits for (pull.c's put_on): the call's end publishes them */
   /* verify.c */
   int verified;          /* 1 when verify_run passed */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
   char *split;           /* per primitive: 1 when it meets another through a different chunk range, so that
                             executors which cut a range into slices move its chunks one at a time (races) */
-  int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
+  int reached;           /* the last stage whose result the plan holds, + 1 (ST_DAG + 1 after the DAG, ...), as
+                            reports name it: the passes between tb and verify leave it after tb (compile.c) */
   double stage_ms[NSTAGE];
 } Plan;
 
@@ -417,10 +420,47 @@ int plan_fifo_slots(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
 
+/* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
+int prim_touches(const Prim *p, int buf, int idx, int n, int writes);
+/* Whether no other primitive of p's rank writes what p reads (`reads`), nor
+   touches what p writes there (`writes`). */
+int prim_alone(const Plan *pl, const Prim *p, int reads, int writes);
+/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
+int prim_follows(const Plan *pl, const Prim *a, const Prim *b);
+/* A plain receive of what p puts, that waits for nothing and that nothing
+   waits for, whose destination nothing else of its rank touches; or NULL. */
+const Prim *prim_plain_recv(const Plan *pl, const Prim *p);
+
+/* --------------------------------------------------------------- lower.c */
+
 rcStatus lower_run(Plan *pl, Err *e);
 /* (Re)build the per-rank lists of primitives (rank_off, rank_prims) in pl->p's order. */
 void plan_rank_lists(Plan *pl);
+
+/* ------------------------------------------------------------- tballoc.c */
+
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+/* The TB programs from Prim.tb: pipeline order, or `key` first when not NULL. */
+void tb_programs(Plan *pl, const int *key);
+/* Waits inside one TB are program order and go; the others get a flag. */
+void tb_waits(Plan *pl);
+/* TB numbers without the TBs `gone` marks (by global id), then the TB
+   programs, ordered by `key`. Rank lists must be current. */
+void tb_drop(Plan *pl, const char *gone, const int *key);
+/* The primitives `out` marks leave the TBs (nothing waits for them); TBs
+   left empty go, and flags and connections nothing uses any more. */
+void tb_drop_prims(Plan *pl, const char *out);
+
+/* --------------------------------------- merge.c lend.c offload.c pull.c */
+
+/* The passes that rework the TBs, each described in its file. */
+void merge_run(Plan *pl);
+void lend_run(Plan *pl);
+void offload_run(Plan *pl);
+void pull_run(Plan *pl);
+
+/* -------------------------------------------------------------- verify.c */
+
 rcStatus verify_run(Plan *pl, Err *e);
 
 /* ------------------------------------------------------------ deadlock.c */

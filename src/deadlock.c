@@ -67,7 +67,7 @@ static void make_groups(const Plan *pl, Sim *s) {
   int np = pl->np, ng = 0;
   int *up = xmalloc(((size_t)np + 1) * sizeof *up), *id = xmalloc(((size_t)np + 1) * sizeof *id);
   for (int i = 0; i < np; i++) up[i] = i, id[i] = -1;
-  for (int t = 0; t < pl->dag.n; t++) /* a copy-engine copy, a pull, a put (tballoc.c) have one end or none */
+  for (int t = 0; t < pl->dag.n; t++) /* copy-engine copies, pulls, puts: one end or none */
     if (pl->task_send[t] >= 0 && pl->task_recv[t] >= 0) up[uf_find(up, pl->task_send[t])] = uf_find(up, pl->task_recv[t]);
   s->grp = xmalloc(((size_t)np + 1) * sizeof(int));
   for (int i = 0; i < np; i++) {

@@ -64,7 +64,7 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
   if (p->cin >= 0) buf_printf(b, " from r%d", pl->conn[p->cin].src);
   if (p->cout >= 0) buf_printf(b, " to r%d", pl->conn[p->cout].dst);
   buf_puts(b, " ");
-  if (p->pull) { /* tballoc.c's pull_in: it reads the sender's buffer */
+  if (p->pull) { /* pull.c: it reads the sender's buffer */
     buf_printf(b, "pulls r%d ", pl->dag.t[p->tin].src);
     loc(b, p->rbuf, p->ridx, p->cnt);
     buf_puts(b, ", ");
@@ -129,7 +129,7 @@ static void dump_tb(const Plan *pl, Buf *b) {
         buf_puts(b, "\n");
       }
     }
-  for (int i = 0; i < pl->nce; i++) { /* tballoc.c's offload */
+  for (int i = 0; i < pl->nce; i++) { /* offload.c */
     const CeCopy *c = &pl->ce[i];
     buf_printf(b, "r%d ce     ", c->src);
     loc(b, c->rbuf, c->ridx, c->cnt);

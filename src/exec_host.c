@@ -100,7 +100,7 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Copy-engine copies (tballoc.c's offload) of one source rank, as the copy
+/* Copy-engine copies (offload.c) of one source rank, as the copy
    engine makes them. `beside` the TBs: those a reduction waits for, micro-
    batch by micro-batch, posting the flag after each; then those that wait
    for a TB's counter, each micro-batch once it is counted (as each copy

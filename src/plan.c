@@ -13,8 +13,9 @@ static const char *const scheds[] = {"hpds", "rr", NULL};
 static const char *const tb_policies[] = {"state", "conn", "manual", "merge", NULL};
 static const char *const fuses[] = {"never", "auto", "always", NULL};
 static const char *const orders[] = {"task", "algorithm", NULL};
-/* The stages compile() stops after; emission, on demand, is none of them. */
-static const char *const stages[ST_EMIT + 1] = {"dag", "sched", "lower", "tb", "verify", NULL};
+/* The passes compile() stops after; emission, on demand, is none of them. */
+static const char *const stages[ST_EMIT + 1] = {"dag", "sched", "lower", "tb", "merge", "lend", "offload", "pull",
+                                                "verify", NULL};
 static const char *const prims[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "rrs", "cs", "copy", "reduce"};
 
 const char *const *sched_names(void) { return scheds; }
@@ -77,4 +78,43 @@ int plan_fifo_slots(const Plan *pl) {
 
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n) {
   return prog_where(pl->prog, pl->prog->xf[pl->dag.t[task].xf].at, out, n);
+}
+
+/* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
+int prim_touches(const Prim *p, int buf, int idx, int n, int writes) {
+  int k = p->kind;
+  int rd = k == PR_SEND || k == PR_CS || k == PR_COPY || k == PR_REDUCE;
+  int op = k == PR_RRC || k == PR_RRCS || k == PR_RRS || k == PR_REDUCE;
+  int wr = k != PR_SEND && k != PR_RRS;
+#define MEETS(b, i) ((b) == buf && (i) < idx + n && idx < (i) + p->cnt)
+  return (wr && MEETS(p->wbuf, p->widx)) || (!writes && ((rd && MEETS(p->rbuf, p->ridx)) || (op && MEETS(p->ubuf, p->uidx))));
+#undef MEETS
+}
+
+
+/* Whether no other primitive of p's rank writes what p reads (`reads`), nor
+   touches what p writes there (`writes`). */
+int prim_alone(const Plan *pl, const Prim *p, int reads, int writes) {
+  for (int k = pl->rank_off[p->rank]; k < pl->rank_off[p->rank + 1]; k++) {
+    const Prim *q = &pl->p[pl->rank_prims[k]];
+    if (q != p && ((writes && prim_touches(q, p->wbuf, p->widx, p->cnt, 0)) ||
+                   (reads && prim_touches(q, p->rbuf, p->ridx, p->cnt, 1))))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
+int prim_follows(const Plan *pl, const Prim *a, const Prim *b) {
+  if (a->tb == b->tb && a->seq < b->seq) return 1;
+  for (int j = b->wait_off; j < b->wait_off + b->nwaits; j++)
+    if (&pl->p[pl->wait[j]] == a) return 1;
+  return 0;
+}
+
+/* A plain receive of what p puts, that waits for nothing and that nothing
+   waits for, whose destination nothing else of its rank touches; or NULL. */
+const Prim *prim_plain_recv(const Plan *pl, const Prim *p) {
+  const Prim *q = &pl->p[pl->task_recv[p->tout]];
+  return q->kind == PR_RECV && !q->nwaits && q->flag < 0 && !q->join && prim_alone(pl, q, 0, 1) ? q : NULL;
 }

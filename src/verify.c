@@ -201,7 +201,7 @@ static rcStatus conn_order(const Plan *pl, Err *e) {
 ** once, ordered only by program order in a TB, a wait for a flag, a
 ** receive's wait for what its send pushes or puts, and a copy-engine copy's
 ** counter and flag. A pull reads the sender's buffer and a put writes the
-** peer's with none of these: tballoc.c's rules keep them apart from the
+** peer's with none of these: pull.c's rules keep them apart from the
 ** rest. So every two accesses of one location, one a write, must be
 ** ordered by these, the way the post-condition ran them. Micro-batch m of
 ** every chunk lies in one slab (tile.h), so the order is per micro-batch.
@@ -493,7 +493,7 @@ static rcStatus races(Plan *pl, Err *e) {
 
 /* A plan that pulls starts a pull once the sender's kernel says its buffers
    are ready, and ends a rank's call once its peers are done with them
-   (tballoc.c's pull_in): every rank must run a kernel. */
+   (pull.c): every rank must run a kernel. */
 static rcStatus pulls_served(const Plan *pl, Err *e) {
   for (int r = 0; r < pl->prog->nranks && pl->npulls; r++)
     if (!pl->ntb[r])
