@@ -1,7 +1,7 @@
 /*
 ** compile.c — the compiler as its list of passes, each in a file of its own:
 **
-**   dag → sched → lower → tb → merge? → lend? → offload? → pull? → verify
+**   dag → sched → lower → tb → merge? → lend? → offload? → pull? → analyse → verify
 **
 ** Each pass reads what the passes before it left in the Plan and adds its
 ** own; each is timed under its name (Plan.stage_ms) and is a --stop-after
@@ -71,22 +71,25 @@ rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Er
     if (o->pull) TIME(ST_PULL, pull_run(pl));
     STOP(ST_PULL);
     STOP(ST_TB);
-    int marks = 0;
-    for (int k = 0; k < pl->dag.n; k++) marks += pl->nofuse[k];
+    TIME(ST_ANALYSE, analyse_run(pl));
+    STOP(ST_ANALYSE);
     rcStatus rc = RC_OK;
-    TIME(ST_VERIFY, rc = verify_run(pl, e));
+    int stuck = 0;
+    TIME(ST_VERIFY, rc = verify_run(pl, pl->nofuse, &stuck, e));
+    facts_free(pl->facts); /* what the proofs read: emission needs none of it */
+    pl->facts = NULL;
     /* Fusion ties a receive and a send to one TB, which can close a cycle.
-       The verifier marks the fused primitives it found stuck; lower again
-       without fusing those, and without fusion at all if that persists. */
+       The deadlock check marks in nofuse the fused primitives it found
+       stuck; lower again without fusing those, and without fusion at all
+       if that persists. */
     if (rc == RC_EDEADLOCK && pl->opt.fuse == FUSE_AUTO && o->tb != TB_MANUAL) {
-      int again = -marks;
-      for (int k = 0; k < pl->dag.n; k++) again += pl->nofuse[k];
       plan_unlower(pl);
-      if (!again || round >= 8) pl->opt.fuse = FUSE_NEVER;
+      if (!stuck || round >= 8) pl->opt.fuse = FUSE_NEVER;
       pl->reached = ST_SCHED + 1;
       continue;
     }
     if (rc != RC_OK) return rc;
+    pl->verified = 1;
     DONE(ST_VERIFY);
     return RC_OK;
   }

@@ -312,7 +312,7 @@ typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
 /* The passes in pipeline order (compile.c), then emission, which runs on demand. */
 typedef enum {
-  ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_MERGE, ST_LEND, ST_OFFLOAD, ST_PULL, ST_VERIFY, ST_EMIT, NSTAGE
+  ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_MERGE, ST_LEND, ST_OFFLOAD, ST_PULL, ST_ANALYSE, ST_VERIFY, ST_EMIT, NSTAGE
 } Stage;
 
 typedef struct {
@@ -361,7 +361,7 @@ typedef struct {
   int *wait;             /* concatenated wait lists, see Prim.wait_off */
   int nwait;
   int *task_send, *task_recv; /* per task: prim on src rank / on dst rank */
-  char *nofuse;          /* per task: its arrival must not fuse (the verifier found it in a cycle) */
+  char *nofuse;          /* per task: its arrival must not fuse (the deadlock check found it stuck: compile.c) */
   int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
   int *rank_prims;       /* in pipeline order */
   int nflags;
@@ -378,11 +378,12 @@ typedef struct {
   int npulls;            /* receives that pull (Prim.pull) */
   int nputs;             /* of those, reductions that also put their result in a peer's buffer, which no receive
                             waits for (pull.c's put_on): the call's end publishes them */
-  /* verify.c */
-  int verified;          /* 1 when verify_run passed */
+  /* analyse.c */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
   char *split;           /* per primitive: 1 when it meets another through a different chunk range, so that
                             executors which cut a range into slices move its chunks one at a time (races) */
+  struct Facts *facts;   /* what the proofs read; compile() drops it once they ran */
+  int verified;          /* 1 when verify passed (compile.c) */
   int reached;           /* the last stage whose result the plan holds, + 1 (ST_DAG + 1 after the DAG, ...), as
                             reports name it: the passes between tb and verify leave it after tb (compile.c) */
   double stage_ms[NSTAGE];
@@ -459,9 +460,58 @@ void lend_run(Plan *pl);
 void offload_run(Plan *pl);
 void pull_run(Plan *pl);
 
+/* ------------------------------------------------------------- analyse.c */
+
+/* A symbolic value: input contributions as (sum of 64-bit hashes, count). */
+typedef struct {
+  uint64_t h;
+  int cnt; /* contributions; -1 = never written (garbage) */
+} SymVal;
+/* The hash of rank's input chunk idx. */
+uint64_t sym_contrib(int rank, int idx);
+
+/* Every rank's buffers side by side: (rank, buf, idx) at rank * per + off[buf] + idx. */
+typedef struct {
+  int per, off[NBUF];
+} Layout;
+
+/* An access of a location by an event: a primitive, or copy-engine copy j as np + j. */
+typedef struct {
+  size_t at;            /* location */
+  int pos, ev, task;    /* the task's position in the post-condition's order, the event, the task */
+  uint8_t phase, write; /* phase: the order within a task (its source read, a landing write, its receiver) */
+  int lo, cnt;          /* the chunk range it is part of, in its buffer */
+} LocAccess;
+
+/* What analyse.c found of a plan, for the proofs (verify.c). */
+typedef struct Facts {
+  Layout L;
+  SymVal *out;  /* rank r's output chunk j (at r * output chunks + j) once every task ran */
+  int *writer;  /* the task that wrote it last, or -1 */
+  LocAccess *a; /* every access, by location, then in the order the tasks ran */
+  int na;
+} Facts;
+
+/* Plan.complete, Plan.split and Plan.facts. */
+void analyse_run(Plan *pl);
+/* The facts of the plan as it stands, and `complete` (per task) when not NULL. */
+Facts *facts_build(const Plan *pl, int *complete);
+void facts_free(Facts *f);
+/* Location of (rank, buf, idx) in buffers already placed (no in-place aliasing). */
+size_t facts_loc(const Facts *f, int rank, int buf, int idx);
+/* Every two accesses of a location that GPUs must order as the tasks ran,
+   of two events: each after the location's last write, a write after the
+   reads since (earlier ones follow by transitivity); fn(ctx, a, b) for
+   access a before access b, indices into Facts.a. */
+void facts_orders(const Facts *f, void (*fn)(void *ctx, int a, int b), void *ctx);
+
 /* -------------------------------------------------------------- verify.c */
 
-rcStatus verify_run(Plan *pl, Err *e);
+/* The proofs, from Plan.facts (or facts of its own where the plan has none:
+   one changed since it was compiled). On a deadlock, marks in `stuck` (per
+   task, may be NULL) the arrivals of fused primitives it found stuck, and
+   sets *nstuck (may be NULL) to how many it newly marked. */
+rcStatus verify_run(const Plan *pl, char *stuck, int *nstuck, Err *e);
 
 /* ------------------------------------------------------------ deadlock.c */
 

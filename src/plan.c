@@ -15,7 +15,7 @@ static const char *const fuses[] = {"never", "auto", "always", NULL};
 static const char *const orders[] = {"task", "algorithm", NULL};
 /* The passes compile() stops after; emission, on demand, is none of them. */
 static const char *const stages[ST_EMIT + 1] = {"dag", "sched", "lower", "tb", "merge", "lend", "offload", "pull",
-                                                "verify", NULL};
+                                                "analyse", "verify", NULL};
 static const char *const prims[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "rrs", "cs", "copy", "reduce"};
 
 const char *const *sched_names(void) { return scheds; }
@@ -43,7 +43,8 @@ void plan_unlower(Plan *pl) {
   free(pl->p), free(pl->conn), free(pl->wait), free(pl->task_send), free(pl->task_recv);
   free(pl->rank_off), free(pl->rank_prims), free(pl->ntb), free(pl->tb_off), free(pl->tb_base), free(pl->tb_prims);
   free(pl->ce);
-  pl->ce = NULL, pl->nce = pl->nceflags = pl->nceposts = pl->npulls = pl->nputs = 0;
+  facts_free(pl->facts);
+  pl->facts = NULL, pl->ce = NULL, pl->nce = pl->nceflags = pl->nceposts = pl->npulls = pl->nputs = 0;
   pl->p = NULL, pl->conn = NULL, pl->wait = NULL, pl->task_send = pl->task_recv = NULL;
   pl->rank_off = pl->rank_prims = pl->ntb = pl->tb_off = pl->tb_base = pl->tb_prims = NULL;
   pl->np = pl->nconn = pl->nwait = pl->nflags = pl->ntbs = 0;

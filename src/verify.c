@@ -1,26 +1,20 @@
 /*
-** verify.c — prove a plan right before anything runs it.
+** verify.c — prove a plan right before anything runs it, from what
+** analyse.c found of it (Plan.facts). Proofs only: it changes nothing.
 **
-** 1. Post-condition: execute the tasks symbolically in pipeline order (a
-**    task may not read chunks it writes, shifted: executors move them side
-**    by side). A
-**    location holds a multiset of input contributions, kept as (sum of 64-bit
-**    hashes, count); copies replace, reductions add. Every output chunk must
-**    hold exactly the contributions the collective defines, each once. On
-**    the way, note the reductions that complete a value (Plan.complete):
-**    where avg divides.
+** 1. Post-condition: once the tasks ran symbolically in pipeline order,
+**    every output chunk holds exactly the contributions the collective
+**    defines, each once; and no task reads chunks it writes, shifted
+**    (executors move a task's chunks side by side).
 ** 2. Connection order: both ends of a connection see its tasks in one order.
-** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
-**    with FIFOs too small to hold a tile (the tightest buffering there is), so
-**    a plan that passes cannot block at any buffer size; a buffered plan
-**    (Plan.buffered) with FIFOs of two tiles, which executors then guarantee.
-**    If they stop short, follow who-waits-for-whom to a cycle and name its
-**    TBs and primitives.
-**    In a plan that pulls, every rank runs a kernel (pulls_served).
+** 3. Deadlock: run the per-TB programs abstractly (deadlock.c) over a few
+**    micro-batches with FIFOs too small to hold a tile (the tightest
+**    buffering there is), so a plan that passes cannot block at any buffer
+**    size; a buffered plan (Plan.buffered) with FIFOs of two tiles, which
+**    executors then guarantee. In a plan that pulls, every rank runs a
+**    kernel (pulls_served).
 ** 4. Races: what orders primitives on GPUs orders every two accesses of a
-**    location, one a write, as step 1 ran them (see races); and where GPU
-**    slices of two ranges would not meet, note the primitives that move
-**    chunk by chunk (Plan.split).
+**    location, one a write, as step 1 ran them (see races).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,111 +22,62 @@
 
 #include "core.h"
 
-typedef struct {
-  uint64_t h;
-  int cnt; /* contributions; -1 = never written (garbage) */
-} Val;
-
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static uint64_t contrib(int rank, int idx) { return mix(((uint64_t)rank << 32) | (uint32_t)idx); }
-
-/* Physical location of (rank, buf, idx) under the plan's placement. */
-typedef struct {
-  int per, off[NBUF];
-} Layout;
-
-static size_t loc(const Layout *l, const Program *p, int inplace, int rank, int buf, int idx) {
-  if (inplace) {
-    if (p->coll == COLL_ALLGATHER && buf == BUF_INPUT) buf = BUF_OUTPUT, idx += rank * p->chunks;
-    else if (p->coll == COLL_REDUCESCATTER && buf == BUF_OUTPUT) buf = BUF_INPUT, idx += rank * p->chunks;
-    else if ((p->coll == COLL_ALLREDUCE || p->coll == COLL_ALLTOALL) && buf == BUF_INPUT) buf = BUF_OUTPUT;
-  }
-  return (size_t)rank * l->per + l->off[buf] + idx;
-}
-
 /* Which single contribution is h, if any: "rank R input chunk I". */
 static int find_one(const Program *p, uint64_t h, char *out, size_t n) {
   int ni = prog_bufchunks(p, BUF_INPUT);
   for (int r = 0; r < p->nranks; r++)
     for (int i = 0; i < ni; i++)
-      if (contrib(r, i) == h) return snprintf(out, n, "rank %d's input chunk %d", r, i), 1;
+      if (sym_contrib(r, i) == h) return snprintf(out, n, "rank %d's input chunk %d", r, i), 1;
   return 0;
 }
 
 /* Whether n locations from a and from b meet without being the same. */
 static int shifted(size_t a, size_t b, int n) { return a != b && a < b + (size_t)n && b < a + (size_t)n; }
 
-static rcStatus postcondition(Plan *pl, Err *e) {
-  const Program *p = pl->prog;
-  const Dag *d = &pl->dag;
-  int R = p->nranks, C = p->chunks, inplace = pl->opt.inplace;
-  Layout L = {0, {0}};
-  for (int b = 0; b < NBUF; b++) L.off[b] = L.per, L.per += prog_bufchunks(p, b);
-  size_t nloc = (size_t)R * L.per;
-  Val *v = xmalloc((nloc + 1) * sizeof *v);
-  int *writer = xmalloc((nloc + 1) * sizeof *writer);
-  for (size_t i = 0; i < nloc; i++) v[i] = (Val){0, -1}, writer[i] = -1;
-  int ni = prog_bufchunks(p, BUF_INPUT);
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < ni; i++) v[loc(&L, p, inplace, r, BUF_INPUT, i)] = (Val){contrib(r, i), 1};
-  free(pl->complete);
-  pl->complete = xcalloc((size_t)d->n + 1, sizeof *pl->complete);
-
-  rcStatus rc = RC_OK;
-  for (int k = 0; k < d->n && rc == RC_OK; k++) {
+/* Executors move a task's chunks side by side: a task must not read a
+   location it writes unless it is the same chunk (which it reads first). */
+static rcStatus unshifted(const Plan *pl, const Facts *f, Err *e) {
+  for (int k = 0; k < pl->dag.n; k++) {
     int t = pl->sched.order[k];
-    const Task *tk = &d->t[t];
-    /* Executors move a task's chunks side by side: a task must not read a
-       location it writes unless it is the same chunk (which it reads first). */
-    size_t s0 = loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx), o0 = loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx),
-           d0 = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx);
+    const Task *tk = &pl->dag.t[t];
+    size_t s0 = facts_loc(f, tk->src, tk->sbuf, tk->sidx), o0 = facts_loc(f, tk->dst, tk->obuf, tk->oidx),
+           d0 = facts_loc(f, tk->dst, tk->dbuf, tk->didx);
     if (shifted(s0, d0, tk->cnt) || (tk->op == OP_REDUCE && shifted(o0, d0, tk->cnt))) {
       char at[300];
       plan_task_where(pl, t, at, sizeof at);
-      rc = err_set(e, RC_EVERIFY, "%s: a transfer of %d chunks reads chunks it writes, shifted", at, tk->cnt);
-    }
-    for (int c = 0; c < tk->cnt; c++) {
-      /* Task buffers are already placed: index without aliasing. */
-      Val s = v[loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx + c)];
-      Val o = v[loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx + c)];
-      size_t di = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx + c);
-      if (tk->op == OP_COPY) v[di] = s;
-      else if (s.cnt < 0 || o.cnt < 0) v[di] = (Val){0, -1};
-      else v[di] = (Val){o.h + s.h, o.cnt + s.cnt};
-      if (tk->op == OP_REDUCE && v[di].cnt == R) pl->complete[t]++;
-      writer[di] = t;
+      return err_set(e, RC_EVERIFY, "%s: a transfer of %d chunks reads chunks it writes, shifted", at, tk->cnt);
     }
   }
+  return RC_OK;
+}
 
+static rcStatus postcondition(const Plan *pl, const Facts *f, Err *e) {
+  const Program *p = pl->prog;
+  int R = p->nranks, C = p->chunks, ni = prog_bufchunks(p, BUF_INPUT);
   /* A reduced chunk holds every rank's input chunk of its index, once. */
   uint64_t *colsum = xcalloc((size_t)ni + 1, sizeof *colsum);
   if (p->coll == COLL_ALLREDUCE || p->coll == COLL_REDUCESCATTER)
     for (int i = 0; i < ni; i++)
-      for (int b = 0; b < R; b++) colsum[i] += contrib(b, i);
+      for (int b = 0; b < R; b++) colsum[i] += sym_contrib(b, i);
   int no = prog_bufchunks(p, BUF_OUTPUT);
+  rcStatus rc = RC_OK;
   for (int r = 0; r < R && rc == RC_OK; r++)
     for (int j = 0; j < no && rc == RC_OK; j++) {
-      Val want;
+      SymVal want;
       switch (p->coll) {
-      case COLL_ALLGATHER: want = (Val){contrib(j / C, j % C), 1}; break;
-      case COLL_ALLTOALL: want = (Val){contrib(j / C, r * C + j % C), 1}; break;
-      case COLL_REDUCESCATTER: want = (Val){colsum[r * C + j], R}; break;
-      default: want = (Val){colsum[j], R}; break;
+      case COLL_ALLGATHER: want = (SymVal){sym_contrib(j / C, j % C), 1}; break;
+      case COLL_ALLTOALL: want = (SymVal){sym_contrib(j / C, r * C + j % C), 1}; break;
+      case COLL_REDUCESCATTER: want = (SymVal){colsum[r * C + j], R}; break;
+      default: want = (SymVal){colsum[j], R}; break;
       }
-      size_t li = loc(&L, p, inplace, r, BUF_OUTPUT, j);
-      Val got = v[li];
+      SymVal got = f->out[(size_t)r * no + j];
+      int writer = f->writer[(size_t)r * no + j];
       if (got.cnt == want.cnt && got.h == want.h) continue;
       char at[300], what[200] = "", have[120];
-      if (writer[li] >= 0) plan_task_where(pl, writer[li], at, sizeof at);
+      if (writer >= 0) plan_task_where(pl, writer, at, sizeof at);
       else prog_where(p, p->at, at, sizeof at);
       if (got.cnt < 0) {
-        snprintf(what, sizeof what, "%s", writer[li] >= 0 ? "data never initialised" : "nothing (never written)");
+        snprintf(what, sizeof what, "%s", writer >= 0 ? "data never initialised" : "nothing (never written)");
       } else if (want.cnt == 1) {
         if (got.cnt == 1 && find_one(p, got.h, have, sizeof have))
           snprintf(what, sizeof what, "%s", have);
@@ -154,7 +99,7 @@ static rcStatus postcondition(Plan *pl, Err *e) {
       rc = err_set(e, RC_EVERIFY, "%s: %s result wrong: rank %d output chunk %d holds %s", at, coll_name(p->coll),
                    r, j, what);
     }
-  free(v), free(writer), free(colsum);
+  free(colsum);
   return rc;
 }
 
@@ -205,73 +150,11 @@ static rcStatus conn_order(const Plan *pl, Err *e) {
 ** rest. So every two accesses of one location, one a write, must be
 ** ordered by these, the way the post-condition ran them. Micro-batch m of
 ** every chunk lies in one slab (tile.h), so the order is per micro-batch.
-** Events are primitives and copy-engine copies. Almost every pair is
+** Events are primitives and copy-engine copies, the accesses those
+** analyse.c listed (Facts.a). Almost every pair is
 ** ordered within two steps (before_near); vector clocks settle the rest
 ** (far_unmet). The deadlock check runs first: the order has no cycle.
 */
-typedef struct {
-  size_t at;            /* location */
-  int pos, ev, task;    /* the task's position in the post-condition's order, the event, the task */
-  uint8_t phase, write; /* phase: the order within a task (PH_*) */
-  int lo, cnt;          /* the chunk range it is part of, in its buffer */
-} Access;
-
-/* Phases of a task: its source read, a landing write (a put, a copy
-   engine's), what its receiver does. */
-enum { PH_READ, PH_LAND, PH_RECV };
-
-/* Accesses by location, then in the post-condition's order: a counting
-   sort (millions of accesses at a thousand ranks), whose first pass only
-   counts (a == NULL). */
-typedef struct {
-  const Plan *pl;
-  Layout L;
-  size_t *off; /* per location: where its accesses go */
-  Access *a;
-  int n;
-} Accesses;
-
-static void touch(Accesses *x, int ev, int task, int phase, int write, int rank, int buf, int idx, int cnt) {
-  for (int c = 0; c < cnt; c++) {
-    size_t at = loc(&x->L, x->pl->prog, 0, rank, buf, idx + c);
-    if (!x->a) x->off[at + 2]++, x->n++;
-    else x->a[x->off[at + 1]++] = (Access){at, x->pl->sched.pos[task], ev, task, (uint8_t)phase, (uint8_t)write, idx, cnt};
-  }
-}
-
-/* What primitive i reads and writes, and where (emit.c's macros). */
-static void prim_accesses(Accesses *x, int i) {
-  const Plan *pl = x->pl;
-  const Prim *p = &pl->p[i];
-  int r = p->rank, k = p->kind, n = p->cnt, src = p->pull ? pl->dag.t[p->tin].src : r;
-  const Prim *rp = (k == PR_SEND || k == PR_CS) && p->direct ? &pl->p[pl->task_recv[p->tout]] : NULL;
-  if (k == PR_SEND || k == PR_CS || k == PR_COPY || k == PR_REDUCE)
-    touch(x, i, k == PR_SEND ? p->tout : p->tin, PH_READ, 0, r, p->rbuf, p->ridx, n);
-  if (rp) touch(x, i, p->tout, PH_LAND, 1, rp->rank, rp->wbuf, rp->widx, n);
-  if (p->pull) touch(x, i, p->tin, PH_READ, 0, src, p->rbuf, p->ridx, n);
-  if (p->pull && k == PR_RRCS) {
-    const Task *o = &pl->dag.t[p->tout];
-    touch(x, i, p->tout, PH_LAND, 1, o->dst, o->dbuf, o->didx, n);
-  }
-  if (k == PR_RRC && ((p->direct && !p->pull) || p->ce)) /* reduces what landed where it landed */
-    touch(x, i, p->tin, PH_RECV, 0, r, p->wbuf, p->widx, n);
-  if (k == PR_RRC || k == PR_RRCS || k == PR_RRS || k == PR_REDUCE)
-    touch(x, i, p->tin, PH_RECV, 0, r, p->ubuf, p->uidx, n);
-  /* a direct receive writes too where its put falls back to the FIFO (ranks not called together) */
-  if (k != PR_SEND && k != PR_RRS) touch(x, i, p->tin, PH_RECV, 1, r, p->wbuf, p->widx, n);
-  /* a fused forward sends what it just wrote, as task tout reads it */
-  if (k == PR_RCS || k == PR_RRCS || k == PR_CS) touch(x, i, p->tout, PH_READ, 0, r, p->wbuf, p->widx, n);
-}
-
-static int access_cmp(const void *a, const void *b) {
-  const Access *x = a, *y = b;
-  if (x->at != y->at) return x->at < y->at ? -1 : 1;
-  if (x->pos != y->pos) return x->pos - y->pos;
-  if (x->phase != y->phase) return x->phase - y->phase;
-  if (x->write != y->write) return x->write - y->write;
-  return x->ev - y->ev;
-}
-
 /* Events: primitives (np of them), then copy-engine copies. A chain (a TB,
    a copy) runs its events in order; pred lists what else each waits for. */
 typedef struct {
@@ -320,7 +203,7 @@ static int before_near(const Events *v, int a, int b) {
   return 0;
 }
 
-static rcStatus race_report(const Plan *pl, const Layout *L, const Access *a, const Access *b, Err *e) {
+static rcStatus race_report(const Plan *pl, const Layout *L, const LocAccess *a, const LocAccess *b, Err *e) {
   int rank = (int)(b->at / (size_t)L->per), off = (int)(b->at % (size_t)L->per), buf = NBUF - 1;
   while (off < L->off[buf]) buf--;
   char at[300], other[300];
@@ -330,7 +213,7 @@ static rcStatus race_report(const Plan *pl, const Layout *L, const Access *a, co
                  buf_name(buf), off - L->off[buf], b->write ? "write" : "read", a->write ? "write" : "read", other);
 }
 
-/* Access a must come before access b (indices of accesses), b's event ev. */
+/* LocAccess a must come before access b (indices of accesses), b's event ev. */
 typedef struct {
   int a, b, ev;
 } Need;
@@ -343,7 +226,7 @@ static int need_cmp(const void *p, const void *q) {
 /* The first need (by b's access) that nothing orders: vector clocks in
    topological order over the chains that needs name, each clock freed
    once its successors have theirs. -1 when all are met, -2 on a cycle. */
-static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
+static int far_unmet(const Events *v, const LocAccess *x, const Need *nd, int nn) {
   int E = v->n, K = 0, bad = -1, done = 0;
   int *col = xmalloc(((size_t)v->nchain + 1) * sizeof *col);
   for (int c = 0; c < v->nchain; c++) col[c] = -1;
@@ -383,42 +266,20 @@ static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
   return done < E ? -2 : bad;
 }
 
-/*
-** Slices. The GPU cuts each primitive's chunk range into slices, and flags,
-** FIFOs and a TB's turns order slice s of one primitive only with slice s
-** of another (cuda.cuh): that orders the same elements only where both
-** reach them through the same range. Where two primitives that must be
-** ordered reach a location through different ranges, both move their
-** chunks one at a time (Plan.split: a chunk's slices are the same in every
-** range of one chunk); and so do the other ends of their transfers, and
-** whatever then meets them through a range of several chunks. Copy-engine
-** copies are not sliced: what orders them orders every slice.
-*/
-static int sliced_alike(const Plan *pl, const Access *a, const Access *b) {
-  if (a->ev >= pl->np || b->ev >= pl->np) return 1; /* a copy: Plan.split has no entry for it */
-  int wa = a->cnt == 1 || pl->split[a->ev], wb = b->cnt == 1 || pl->split[b->ev];
-  return (wa && wb) || (!wa && !wb && a->lo == b->lo && a->cnt == b->cnt);
+/* What one step does not order, for far_unmet. */
+typedef struct {
+  const Events *v;
+  const LocAccess *a;
+  Need *nd;
+  int n, cap;
+} Needs;
+
+static void need(void *ctx, int i, int j) {
+  Needs *x = ctx;
+  if (!before_near(x->v, x->a[i].ev, x->a[j].ev)) VEC_PUSH(x->nd, x->n, x->cap, ((Need){i, j, x->a[j].ev}));
 }
 
-static void split_ranges(Plan *pl, const Access *x, const int *pair, int npair) {
-  for (int again = 1; again;) {
-    again = 0;
-    for (int k = 0; k < npair; k++) {
-      const Access *a = &x[pair[2 * k]], *b = &x[pair[2 * k + 1]];
-      if (sliced_alike(pl, a, b)) continue;
-      pl->split[a->ev] |= a->cnt > 1, pl->split[b->ev] |= b->cnt > 1, again = 1;
-    }
-    for (int i = 0; i < pl->np; i++) /* both ends of a transfer cut alike */
-      for (int k = 0; k < 2 && pl->split[i]; k++) {
-        int t = k ? pl->p[i].tout : pl->p[i].tin, ends[2] = {t >= 0 ? pl->task_send[t] : -1, t >= 0 ? pl->task_recv[t] : -1};
-        for (int j = 0; j < 2; j++)
-          if (ends[j] >= 0 && !pl->split[ends[j]] && pl->p[ends[j]].cnt > 1) pl->split[ends[j]] = 1, again = 1;
-      }
-  }
-}
-
-static rcStatus races(Plan *pl, Err *e) {
-  const Program *p = pl->prog;
+static rcStatus races(const Plan *pl, const Facts *f, Err *e) {
   int np = pl->np;
   /* A fused primitive forwards what it just received or copied: the task it
      forwards must read that value, after the arrival in the post-condition's order. */
@@ -431,62 +292,19 @@ static rcStatus races(Plan *pl, Err *e) {
                      plan_task_where(pl, q->tout, at, sizeof at));
     }
   }
-  Accesses x = {pl, {0, {0}}, NULL, NULL, 0};
-  for (int b = 0; b < NBUF; b++) x.L.off[b] = x.L.per, x.L.per += prog_bufchunks(p, b);
-  size_t nloc = (size_t)p->nranks * (size_t)x.L.per;
-  x.off = xcalloc(nloc + 2, sizeof *x.off);
-  for (int pass = 0; pass < 2; pass++) {
-    for (int i = 0; i < np; i++) prim_accesses(&x, i);
-    for (int j = 0; j < pl->nce; j++) {
-      const CeCopy *c = &pl->ce[j];
-      touch(&x, np + j, c->task, PH_READ, 0, c->src, c->rbuf, c->ridx, c->cnt);
-      touch(&x, np + j, c->task, PH_LAND, 1, c->dst, c->wbuf, c->widx, c->cnt);
-    }
-    if (pass) break;
-    for (size_t l = 0; l < nloc; l++) x.off[l + 2] += x.off[l + 1];
-    x.a = xmalloc(((size_t)x.n + 1) * sizeof *x.a);
-  }
-  for (size_t l = 0; l < nloc; l++)
-    if (x.off[l + 1] - x.off[l] > 1) qsort(x.a + x.off[l], x.off[l + 1] - x.off[l], sizeof *x.a, access_cmp);
-  free(x.off);
   Events v;
   events_build(pl, &v);
-
-  /* What must be ordered: each access after the location's last write, a
-     write after the reads since (earlier ones follow by transitivity). What
-     one step orders is settled here, the rest by far_unmet. */
-  Need *nd = NULL;
-  int nn = 0, cap = 0, *pair = NULL, npair = 0, cappair = 0;
-#define NEED(i, j)                                                                                   \
-  do {                                                                                               \
-    if (x.a[i].ev == x.a[j].ev) break;                                                               \
-    if (x.a[i].cnt > 1 || x.a[j].cnt > 1) {                                                          \
-      VEC_PUSH(pair, npair, cappair, i);                                                             \
-      VEC_PUSH(pair, npair, cappair, j);                                                             \
-    }                                                                                                \
-    if (!before_near(&v, x.a[i].ev, x.a[j].ev)) VEC_PUSH(nd, nn, cap, ((Need){i, j, x.a[j].ev}));     \
-  } while (0)
-  for (int lo = 0, hi; lo < x.n; lo = hi) {
-    int w = -1, rd = lo;
-    for (hi = lo; hi < x.n && x.a[hi].at == x.a[lo].at; hi++) {
-      if (w >= 0) NEED(w, hi);
-      if (!x.a[hi].write) continue;
-      for (; rd < hi; rd++)
-        if (!x.a[rd].write) NEED(rd, hi);
-      w = hi, rd = hi + 1;
-    }
-  }
-#undef NEED
-  free(pl->split);
-  pl->split = xcalloc((size_t)np + 1, 1);
-  split_ranges(pl, x.a, pair, npair / 2);
-  free(pair);
-  if (nn) qsort(nd, (size_t)nn, sizeof *nd, need_cmp);
-  int bad = nn ? far_unmet(&v, x.a, nd, nn) : -1;
+  /* What must be ordered (facts_orders): what one step orders is settled
+     here, the rest by far_unmet. */
+  Needs x = {&v, f->a, NULL, 0, 0};
+  facts_orders(f, need, &x);
+  if (x.n) qsort(x.nd, (size_t)x.n, sizeof *x.nd, need_cmp);
+  int bad = x.n ? far_unmet(&v, f->a, x.nd, x.n) : -1;
   rcStatus rc = RC_OK;
-  if (bad >= 0) rc = race_report(pl, &x.L, &x.a[nd[bad].a], &x.a[nd[bad].b], e);
-  if (bad == -2) rc = err_set(e, RC_EDEADLOCK, "%s: the plan's primitives wait for one another in a cycle", p->name);
-  free(x.a), free(nd);
+  if (bad >= 0) rc = race_report(pl, &f->L, &f->a[x.nd[bad].a], &f->a[x.nd[bad].b], e);
+  if (bad == -2)
+    rc = err_set(e, RC_EDEADLOCK, "%s: the plan's primitives wait for one another in a cycle", pl->prog->name);
+  free(x.nd);
   events_free(&v);
   return rc;
 }
@@ -502,14 +320,20 @@ static rcStatus pulls_served(const Plan *pl, Err *e) {
   return RC_OK;
 }
 
-rcStatus verify_run(Plan *pl, Err *e) {
-  RC_CHECK(postcondition(pl, e));
+static rcStatus proofs(const Plan *pl, const Facts *f, char *stuck, int *nstuck, Err *e) {
+  RC_CHECK(unshifted(pl, f, e));
+  RC_CHECK(postcondition(pl, f, e));
   RC_CHECK(conn_order(pl, e));
-  int marked;
   if (pl->buffered) RC_CHECK(deadlock_buffered(pl, BUFFERED_MICRO, NULL, e));
-  else RC_CHECK(deadlock_check(pl, 3, pl->nofuse, &marked, e));
+  else RC_CHECK(deadlock_check(pl, 3, stuck, nstuck, e));
   RC_CHECK(pulls_served(pl, e));
-  RC_CHECK(races(pl, e));
-  pl->verified = 1;
-  return RC_OK;
+  return races(pl, f, e);
+}
+
+rcStatus verify_run(const Plan *pl, char *stuck, int *nstuck, Err *e) {
+  if (nstuck) *nstuck = 0;
+  Facts *own = pl->facts ? NULL : facts_build(pl, NULL);
+  rcStatus rc = proofs(pl, pl->facts ? pl->facts : own, stuck, nstuck, e);
+  facts_free(own);
+  return rc;
 }

@@ -340,7 +340,7 @@ static void test_verify_shifted(void **state) {
   assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
   Task *tk = &pl.dag.t[0];
   tk->cnt = 2, tk->obuf = BUF_OUTPUT, tk->oidx = 1, tk->didx = 0;
-  assert_int_equal(verify_run(&pl, &e), RC_EVERIFY);
+  assert_int_equal(verify_run(&pl, NULL, NULL, &e), RC_EVERIFY);
   assert_non_null(strstr(e.msg, "reads chunks it writes, shifted"));
   plan_free(&pl);
   topo_free(t);
@@ -362,7 +362,7 @@ static rcStatus verify_race(Program *p, int ranks, const Options *o, int what, E
     if (pl.p[i].pull) pl.p[i].rbuf = BUF_OUTPUT, cut++;
   if (what == 3) pl.ntb[1] = 0, cut++; /* as if rank 1's primitives had all gone */
   assert_true(cut > 0);
-  rcStatus rc = verify_run(&pl, e);
+  rcStatus rc = verify_run(&pl, NULL, NULL, e);
   plan_free(&pl);
   topo_free(t);
   prog_free(p);
