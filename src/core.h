@@ -420,6 +420,11 @@ int plan_maxcnt(const Plan *pl);
 int plan_fifo_slots(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
+/* Micro-batches the GPU runtime cuts a call into (tile.h's rx_nmicro): for
+   `count` elements of `esize` bytes per block, on `nchan` channels, in
+   tiles of RX_TILE_BYTES or `fixed` of them (0: by tiles), raised where a
+   channel's slice would not fit a FIFO slot of `slot` bytes. */
+size_t plan_nmicro(const Plan *pl, size_t count, size_t esize, size_t nchan, size_t slot, size_t fixed);
 
 /* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
 int prim_touches(const Prim *p, int buf, int idx, int n, int writes);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "../kernels-templates/tile.h"
 
 /* Each table is indexed by its enum and ends with NULL, as bindings take them. */
 static const char *const scheds[] = {"hpds", "rr", NULL};
@@ -79,6 +80,11 @@ int plan_fifo_slots(const Plan *pl) {
 
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n) {
   return prog_where(pl->prog, pl->prog->xf[pl->dag.t[task].xf].at, out, n);
+}
+
+size_t plan_nmicro(const Plan *pl, size_t count, size_t esize, size_t nchan, size_t slot, size_t fixed) {
+  return rx_nmicro(count, esize, (size_t)pl->prog->chunks, (size_t)plan_maxcnt(pl), nchan, nchan, RX_TILE_BYTES, slot,
+                   fixed);
 }
 
 /* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
