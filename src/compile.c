@@ -14,7 +14,8 @@
 
 #include "core.h"
 
-/* Run pass st, timed; RUN for a pass that can fail, which ends compilation. */
+/* TIME runs pass st, adding its time to Plan.stage_ms; RUN does the same
+   for a pass that can fail, whose failure ends compilation. */
 #define TIME(st, call)                  \
   do {                                  \
     double t0_ = now_ms();              \

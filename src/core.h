@@ -1,13 +1,15 @@
 /*
-** core.h — the resccl compiler's internal header, one section per stage.
+** core.h — the resccl compiler's internal header, one section per file.
 **
-** The pipeline (compile.c shows it in one function):
+** The pipeline (compile.c lists its passes):
 **   Program  --prog_tasks-->  Task list (in-place aliasing resolved, ordered by step)
 **            --dag_build-->   Dag (data-dependency edges, link set per task)
 **            --sched_run-->   Sched (sub-pipelines, one global task pipeline)
 **            --lower_run-->   primitives per rank, connections, cross-TB waits
-**            --tb_assign-->   TBs per rank (state-based or connection-based)
-**            --verify_run-->  symbolic post-condition + bounded-FIFO deadlock check
+**            --tb_assign-->   TBs per rank (state-based, connection-based or manual)
+**            --merge_run, lend_run, offload_run, pull_run-->  the TBs reworked, as options ask
+**            --analyse_run--> what emission and the proofs need (symbolic run, accesses)
+**            --verify_run-->  post-condition, connection order, no deadlock, no races
 **            --emit_rank-->   C/CUDA source per rank from kernels-templates/
 ** Nothing here includes lua.h: the Lua bindings live in l_*.c.
 */
