@@ -1,13 +1,15 @@
 /*
-** core.h — the resccl compiler's internal header, one section per stage.
+** core.h — the resccl compiler's internal header, one section per file.
 **
-** The pipeline (compile.c shows it in one function):
+** The pipeline (compile.c lists its passes):
 **   Program  --prog_tasks-->  Task list (in-place aliasing resolved, ordered by step)
 **            --dag_build-->   Dag (data-dependency edges, link set per task)
 **            --sched_run-->   Sched (sub-pipelines, one global task pipeline)
 **            --lower_run-->   primitives per rank, connections, cross-TB waits
-**            --tb_assign-->   TBs per rank (state-based or connection-based)
-**            --verify_run-->  symbolic post-condition + bounded-FIFO deadlock check
+**            --tb_assign-->   TBs per rank (state-based, connection-based or manual)
+**            --merge_run, lend_run, offload_run, pull_run-->  the TBs reworked, as options ask
+**            --analyse_run--> what emission and the proofs need (symbolic run, accesses)
+**            --verify_run-->  post-condition, connection order, no deadlock, no races
 **            --emit_rank-->   C/CUDA source per rank from kernels-templates/
 ** Nothing here includes lua.h: the Lua bindings live in l_*.c.
 */
@@ -162,7 +164,7 @@ typedef struct {
    aliasing turns into self-copies disappear. */
 rcStatus prog_tasks(const Program *p, int inplace, Task **out, int *n, Err *e);
 
-/* ---------------------------------------------------------------- elide.c */
+/* --------------------------------------------------------------- elide.c */
 
 /* Drop placement copies: forward copies of read-only data into their readers,
    and fold a final copy into the task that produced its value; unless
@@ -288,11 +290,11 @@ typedef struct {
 typedef struct {
   uint8_t kind, rbuf, ubuf, wbuf;
   uint8_t direct; /* a (copy-)send that writes straight into the receiver's buffer, and its receive */
-  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (tballoc's merge) */
-  uint8_t ce;     /* 1: a reduction whose input the copy engine puts (tballoc's offload): it waits for the copy */
+  uint8_t join;   /* 1: runs inside the micro-batch loop of the TB's previous primitive (merge.c) */
+  uint8_t ce;     /* 1: a reduction whose input the copy engine puts (offload.c): it waits for the copy */
   uint8_t pull;   /* 1: a receive that reads what it takes from the sender's buffer at (rbuf, ridx), with no
-                     send (tballoc's pull_in); a PR_RRCS one puts its result where task tout lands, with no
-                     receive there (put_on) */
+                     send (pull.c); a PR_RRCS one puts its result where task tout lands, with no receive
+                     there (pull.c's put_on) */
   int rank, tin, tout, cin, cout, ridx, uidx, widx, cnt;
   int slot, pos;  /* timeline: sub-pipeline, pipeline position */
   int tb, seq;    /* TB on its rank and index within the TB (tballoc) */
@@ -301,16 +303,19 @@ typedef struct {
   int wait_off, nwaits; /* waits: prim ids Plan.wait[wait_off .. wait_off+nwaits) */
 } Prim;
 
-/* -------------------------------------------------------------- compile.c */
+/* ------------------------------------------------------------- compile.c */
 
 /* Merge: state-based, then a rank's TBs merged pairwise where connections
-   that buffer two tiles keep the plan deadlock-free (tballoc.c). */
+   that buffer two tiles keep the plan deadlock-free (merge.c). */
 typedef enum { TB_STATE, TB_CONN, TB_MANUAL, TB_MERGE } TbPolicy;
 /* Task-level: a TB runs each primitive over every micro-batch before the next
    (ours). Algorithm-level: a TB runs its whole list once per micro-batch (MSCCL). */
 typedef enum { EX_TASK, EX_ALGO } ExecOrder;
 typedef enum { FUSE_NEVER, FUSE_AUTO, FUSE_ALWAYS } FusePolicy;
-typedef enum { ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_VERIFY, ST_EMIT, NSTAGE } Stage;
+/* The passes in pipeline order (compile.c), then emission, which runs on demand. */
+typedef enum {
+  ST_DAG, ST_SCHED, ST_LOWER, ST_TB, ST_MERGE, ST_LEND, ST_OFFLOAD, ST_PULL, ST_ANALYSE, ST_VERIFY, ST_EMIT, NSTAGE
+} Stage;
 
 typedef struct {
   SchedKind sched;
@@ -321,14 +326,13 @@ typedef struct {
   ExecOrder order;   /* how each TB loops over micro-batches */
   int ce;            /* 1: copies and puts that wait for nothing (or only for their source's one
                         writer, which counts micro-batches for them) go to the copy engine, where
-                        nothing waits for them or only the reduction of what they put (tballoc.c's
-                        offload) */
+                        nothing waits for them or only the reduction of what they put (offload.c) */
   int pull;          /* 1: receives of what a send reads while it holds the call's input read it from the
-                        sender's buffer themselves, and the send goes (tballoc.c's pull_in); not with ce */
-  Stage stop_after;  /* last stage to run */
+                        sender's buffer themselves, and the send goes (pull.c); not with ce */
+  Stage stop_after;  /* last pass to run */
 } Options;
 
-/* A copy the copy engine makes instead of a TB (tballoc.c's offload): cnt
+/* A copy the copy engine makes instead of a TB (offload.c): cnt
    chunks from (src, rbuf, ridx) to (dst, wbuf, widx) in every micro-batch,
    task `task` of the DAG; src == dst for a local copy. Flags number the
    copies a reduction waits for, from 0; counters the primitives that write
@@ -359,11 +363,11 @@ typedef struct {
   int *wait;             /* concatenated wait lists, see Prim.wait_off */
   int nwait;
   int *task_send, *task_recv; /* per task: prim on src rank / on dst rank */
-  char *nofuse;          /* per task: its arrival must not fuse (the verifier found it in a cycle) */
+  char *nofuse;          /* per task: its arrival must not fuse (the deadlock check found it stuck: compile.c) */
   int *rank_off;         /* prims of rank r: rank_prims[rank_off[r] .. rank_off[r+1]) */
   int *rank_prims;       /* in pipeline order */
   int nflags;
-  /* tballoc.c */
+  /* tballoc.c, reworked by merge.c, lend.c, offload.c, pull.c */
   int *ntb;              /* per rank */
   int *tb_off;           /* TB (r, b) is tb_prims[tb_off[tb_base[r]+b] .. tb_off[tb_base[r]+b+1]) */
   int *tb_base;          /* per rank: index of its first TB */
@@ -375,23 +379,41 @@ typedef struct {
   int nce, nceflags, nceposts;
   int npulls;            /* receives that pull (Prim.pull) */
   int nputs;             /* of those, reductions that also put their result in a peer's buffer, which no receive
-                            waits for (tballoc.c's put_on): the call's end publishes them */
-  /* verify.c */
-  int verified;          /* 1 when verify_run passed */
+                            waits for (pull.c's put_on): the call's end publishes them */
+  /* analyse.c */
   int *complete;         /* per task: chunks its reduction completes (every rank's contribution in) */
   char *split;           /* per primitive: 1 when it meets another through a different chunk range, so that
                             executors which cut a range into slices move its chunks one at a time (races) */
-  int reached;           /* stages completed (ST_DAG + 1 after the DAG, ...) */
+  struct Facts *facts;   /* what the proofs read; compile() drops it once they ran */
+  int verified;          /* 1 when verify passed (compile.c) */
+  int reached;           /* the last stage whose result the plan holds, + 1 (ST_DAG + 1 after the DAG, ...), as
+                            reports name it: the passes between tb and verify leave it after tb (compile.c) */
   double stage_ms[NSTAGE];
-  /* exec_host.c */
-  void *host_so;         /* the emitted host program, compiled and loaded by the first run */
 } Plan;
 
+/* Run the passes (compile.c). */
 rcStatus compile(Plan *pl, const Program *p, const Topo *t, const Options *o, Err *e);
-void plan_free(Plan *pl);
-const char *stage_name(int s);
-int stage_parse(const char *s);
+
+/* ---------------------------------------------------------------- plan.c */
+
+/* Names of the enums, indexed by value and NULL-terminated: what the
+   bindings take. stage_names() lists what --stop-after takes. */
+const char *const *sched_names(void);
+const char *const *tb_policy_names(void);
+const char *const *fuse_names(void);
+const char *const *order_names(void);
+const char *const *stage_names(void);
+/* One name ("?" when out of range). */
+const char *sched_name(SchedKind k);
 const char *tb_policy_name(TbPolicy t);
+const char *order_name(ExecOrder o);
+const char *prim_name(int k);
+const char *stage_name(int s);
+int stage_parse(const char *s); /* -1 when unknown */
+
+/* Drop what lowering and the passes after it built, keeping the DAG and schedule. */
+void plan_unlower(Plan *pl);
+void plan_free(Plan *pl);
 int plan_tbs_max(const Plan *pl);
 /* Most chunks one task moves (at least 1). */
 int plan_maxcnt(const Plan *pl);
@@ -400,33 +422,129 @@ int plan_maxcnt(const Plan *pl);
 int plan_fifo_slots(const Plan *pl);
 /* The Src of a task, formatted "file:line". */
 const char *plan_task_where(const Plan *pl, int task, char *out, size_t n);
+/* Micro-batches the GPU runtime cuts a call into (tile.h's rx_nmicro): for
+   `count` elements of `esize` bytes per block, on `nchan` channels, in
+   tiles of RX_TILE_BYTES or `fixed` of them (0: by tiles), raised where a
+   channel's slice would not fit a FIFO slot of `slot` bytes. */
+size_t plan_nmicro(const Plan *pl, size_t count, size_t esize, size_t nchan, size_t slot, size_t fixed);
+
+/* Whether p reads (or writes, when `writes`) chunks [idx, idx + n) of buf. */
+int prim_touches(const Prim *p, int buf, int idx, int n, int writes);
+/* Whether no other primitive of p's rank writes what p reads (`reads`), nor
+   touches what p writes there (`writes`). */
+int prim_alone(const Plan *pl, const Prim *p, int reads, int writes);
+/* Whether b comes after a on their rank: it waits for a, or follows it in a's TB. */
+int prim_follows(const Plan *pl, const Prim *a, const Prim *b);
+/* A plain receive of what p puts, that waits for nothing and that nothing
+   waits for, whose destination nothing else of its rank touches; or NULL. */
+const Prim *prim_plain_recv(const Plan *pl, const Prim *p);
+
+/* --------------------------------------------------------------- lower.c */
 
 rcStatus lower_run(Plan *pl, Err *e);
 /* (Re)build the per-rank lists of primitives (rank_off, rank_prims) in pl->p's order. */
 void plan_rank_lists(Plan *pl);
+
+/* ------------------------------------------------------------- tballoc.c */
+
 rcStatus tb_assign(Plan *pl, TbPolicy pol, Err *e);
+/* The TB programs from Prim.tb: pipeline order, or `key` first when not NULL. */
+void tb_programs(Plan *pl, const int *key);
+/* Waits inside one TB are program order and go; the others get a flag. */
+void tb_waits(Plan *pl);
+/* TB numbers without the TBs `gone` marks (by global id), then the TB
+   programs, ordered by `key`. Rank lists must be current. */
+void tb_drop(Plan *pl, const char *gone, const int *key);
+/* The primitives `out` marks leave the TBs (nothing waits for them); TBs
+   left empty go, and flags and connections nothing uses any more. */
+void tb_drop_prims(Plan *pl, const char *out);
+
+/* --------------------------------------- merge.c lend.c offload.c pull.c */
+
+/* The passes that rework the TBs, each described in its file. */
+void merge_run(Plan *pl);
+void lend_run(Plan *pl);
+void offload_run(Plan *pl);
+void pull_run(Plan *pl);
+
+/* ------------------------------------------------------------- analyse.c */
+
+/* A symbolic value: input contributions as (sum of 64-bit hashes, count). */
+typedef struct {
+  uint64_t h;
+  int cnt; /* contributions; -1 = never written (garbage) */
+} SymVal;
+/* The hash of rank's input chunk idx. */
+uint64_t sym_contrib(int rank, int idx);
+
+/* Every rank's buffers side by side: (rank, buf, idx) at rank * per + off[buf] + idx. */
+typedef struct {
+  int per, off[NBUF];
+} Layout;
+
+/* An access of a location by an event: a primitive, or copy-engine copy j as np + j. */
+typedef struct {
+  size_t at;            /* location */
+  int pos, ev, task;    /* the task's position in the post-condition's order, the event, the task */
+  uint8_t phase, write; /* phase: the order within a task (its source read, a landing write, its receiver) */
+  int lo, cnt;          /* the chunk range it is part of, in its buffer */
+} LocAccess;
+
+/* What analyse.c found of a plan, for the proofs (verify.c). */
+typedef struct Facts {
+  Layout L;
+  SymVal *out;  /* rank r's output chunk j (at r * output chunks + j) once every task ran */
+  int *writer;  /* the task that wrote it last, or -1 */
+  LocAccess *a; /* every access, by location, then in the order the tasks ran */
+  int na;
+} Facts;
+
+/* Plan.complete, Plan.split and Plan.facts. */
+void analyse_run(Plan *pl);
+/* The facts of the plan as it stands, and `complete` (per task) when not NULL. */
+Facts *facts_build(const Plan *pl, int *complete);
+void facts_free(Facts *f);
+/* Location of (rank, buf, idx) in buffers already placed (no in-place aliasing). */
+size_t facts_loc(const Facts *f, int rank, int buf, int idx);
+/* Every two accesses of a location that GPUs must order as the tasks ran,
+   of two events: each after the location's last write, a write after the
+   reads since (earlier ones follow by transitivity); fn(ctx, a, b) for
+   access a before access b, indices into Facts.a. */
+void facts_orders(const Facts *f, void (*fn)(void *ctx, int a, int b), void *ctx);
+
+/* -------------------------------------------------------------- verify.c */
+
+/* The proofs, from Plan.facts (or facts of its own where the plan has none:
+   one changed since it was compiled). On a deadlock, marks in `stuck` (per
+   task, may be NULL) the arrivals of fused primitives it found stuck, and
+   sets *nstuck (may be NULL) to how many it newly marked. */
+rcStatus verify_run(const Plan *pl, char *stuck, int *nstuck, Err *e);
+
+/* ------------------------------------------------------------ deadlock.c */
+
 /* The position after primitive k of TB b's program in micro-batch m, run in
    `order`: the next primitive of its loop, the loop's first in the next
    micro-batch, or the next loop's first (m back to 0); k reaches the
    program's length when the TB is done. */
-void tb_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
-rcStatus verify_run(Plan *pl, Err *e);
-/* Deadlock check alone, over `nmicro` micro-batches. On a deadlock, marks in
-   `unfuse` (per task, may be NULL) the arrivals of fused primitives that are
-   stuck, and returns how many it newly marked through *nmarked. */
-rcStatus verify_deadlock(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
+void deadlock_step(const Plan *pl, int b, ExecOrder order, int *k, int *m, int M);
+/* Whether the TB programs complete over `nmicro` micro-batches with FIFOs too
+   small to hold a tile. On a deadlock, marks in `unfuse` (per task, may be
+   NULL) the arrivals of fused primitives that are stuck, and returns how
+   many it newly marked through *nmarked. */
+rcStatus deadlock_check(const Plan *pl, int nmicro, char *unfuse, int *nmarked, Err *e);
 /* The same with connections that buffer two tiles each (Plan.buffered). On a
    deadlock, marks in `cycle` (per TB, may be NULL) the TBs of every cycle of
    blocked TBs. */
-rcStatus verify_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
+rcStatus deadlock_buffered(const Plan *pl, int nmicro, char *cycle, Err *e);
 /* Micro-batches a buffered plan is checked over when compiled. Its deadlocks
    can need TBs to drift apart over many micro-batches first (up to 23 in the
    shipped algorithms' merged plans); executors check the count they run. */
 #define BUFFERED_MICRO 64
 
+/* ---------------------------------------------------------------- dump.c */
+
 /* Stable text dumps, the golden-test hooks. */
 void dump_stage(const Plan *pl, Stage s, Buf *b);
-const char *prim_name(int k);
 
 /* ---------------------------------------------------------------- emit.c */
 
@@ -562,9 +680,14 @@ typedef struct {
   char first_wrong[256];
 } ExecResult;
 
-/* Compiles the plan's program on the first run and keeps it in the plan. */
-rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *r, Err *e);
-void exec_host_unload(Plan *pl);
+/* A plan's host program, compiled and loaded by its first run and kept
+   for the next: one per plan, zeroed before the first run. */
+typedef struct {
+  void *so;
+} HostExec;
+/* Runs the plan's host program, from hx or into it (NULL: for this run only). */
+rcStatus exec_host(const Plan *pl, HostExec *hx, const ExecOpts *o, ExecResult *r, Err *e);
+void exec_host_close(HostExec *hx);
 /* The options make sense (avg: every reduction completes all of its chunks
    or none), a buffered plan's FIFOs hold two tiles (nslots 0 is set to what
    it needs) and it completes over nmicro micro-batches, and both ends of

@@ -7,10 +7,6 @@
 
 #include "core.h"
 
-static const char *const prim_names[NPRIM] = {"send", "recv", "rrc", "rcs", "rrcs", "rrs", "cs", "copy", "reduce"};
-
-const char *prim_name(int k) { return (unsigned)k < NPRIM ? prim_names[k] : "?"; }
-
 static void loc(Buf *b, int buf, int idx, int cnt) {
   buf_printf(b, "%s[%d", buf_name(buf), idx);
   if (cnt > 1) buf_printf(b, "+%d", cnt);
@@ -54,7 +50,7 @@ static void dump_dag(const Plan *pl, Buf *b) {
 
 static void dump_sched(const Plan *pl, Buf *b) {
   const Sched *s = &pl->sched;
-  buf_printf(b, "sched %s: %d sub-pipelines\n", s->kind == SK_HPDS ? "hpds" : "rr", s->nslots);
+  buf_printf(b, "sched %s: %d sub-pipelines\n", sched_name(s->kind), s->nslots);
   for (int k = 0; k < pl->dag.n; k++) {
     int t = s->order[k];
     if (k == 0 || s->slot[t] != s->slot[s->order[k - 1]]) buf_printf(b, "%ssub-pipeline %d:", k ? "\n" : "", s->slot[t]);
@@ -68,7 +64,7 @@ static void prim_line(Buf *b, const Plan *pl, const Prim *p) {
   if (p->cin >= 0) buf_printf(b, " from r%d", pl->conn[p->cin].src);
   if (p->cout >= 0) buf_printf(b, " to r%d", pl->conn[p->cout].dst);
   buf_puts(b, " ");
-  if (p->pull) { /* tballoc.c's pull_in: it reads the sender's buffer */
+  if (p->pull) { /* pull.c: it reads the sender's buffer */
     buf_printf(b, "pulls r%d ", pl->dag.t[p->tin].src);
     loc(b, p->rbuf, p->ridx, p->cnt);
     buf_puts(b, ", ");
@@ -133,7 +129,7 @@ static void dump_tb(const Plan *pl, Buf *b) {
         buf_puts(b, "\n");
       }
     }
-  for (int i = 0; i < pl->nce; i++) { /* tballoc.c's offload */
+  for (int i = 0; i < pl->nce; i++) { /* offload.c */
     const CeCopy *c = &pl->ce[i];
     buf_printf(b, "r%d ce     ", c->src);
     loc(b, c->rbuf, c->ridx, c->cnt);

@@ -17,7 +17,6 @@
 #include "core.h"
 #include "../include/resccl.h"
 #include "runtime/job.h"
-#include "../kernels-templates/tile.h"
 
 /* Dtype and RedOp are numbered as resccl_datatype_t and resccl_red_op_t (NCCL's order). */
 _Static_assert((int)DT_BF16 == (int)resccl_bfloat16 && (int)NDTYPE == (int)resccl_num_types, "dtype numbering");
@@ -62,8 +61,7 @@ rcStatus exec_gpu(const Plan *pl, const ExecOpts *o, const GpuOpts *g, ExecResul
   ExecOpts oo = *o; /* a buffered plan's slot count is set here too */
   int nchan = g->nchan > 0 ? g->nchan : 1;
   oo.slot_bytes = o->slot_bytes < 4096 ? 4096 : (o->slot_bytes + 15) / 16 * 16;
-  oo.nmicro = (int)rx_nmicro(o->count, dtype_size[o->dtype], (size_t)p->chunks, (size_t)plan_maxcnt(pl),
-                             (size_t)nchan, (size_t)nchan, RX_TILE_BYTES, oo.slot_bytes, (size_t)o->nmicro);
+  oo.nmicro = (int)plan_nmicro(pl, o->count, dtype_size[o->dtype], (size_t)nchan, oo.slot_bytes, (size_t)o->nmicro);
   RC_CHECK(exec_check_sizes(pl, &oo, e));
   char why[600];
   void *dl = open_runtime(why, sizeof why);

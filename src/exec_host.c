@@ -1,11 +1,11 @@
 /*
 ** exec_host.c — run the emitted program on the CPU: the plan's code is
 ** emitted for the host target, compiled with the system C compiler into a
-** shared object, loaded (once per plan), and run with one thread per
-** rank·TB over real buffers and real bounded FIFOs. Inputs are generated
-** per rank, outputs are poisoned first, and every output element is
-** compared with a reference computed directly from the collective's
-** definition, not from the plan.
+** shared object, loaded (once per plan: the caller keeps it in a HostExec),
+** and run with one thread per rank·TB over real buffers and real bounded
+** FIFOs. Inputs are generated per rank, outputs are poisoned first, and
+** every output element is compared with a reference computed directly from
+** the collective's definition, not from the plan.
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -68,7 +68,7 @@ rcStatus exec_check_sizes(const Plan *pl, ExecOpts *o, Err *e) {
     }
   }
   Err dl;
-  if (pl->buffered && verify_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
+  if (pl->buffered && deadlock_buffered(pl, o->nmicro, NULL, &dl) != RC_OK) /* exactly the run's micro-batches */
     return err_set(e, RC_EDEADLOCK, "%s (with %d micro-batches; compiled plans are checked with %d)", dl.msg, o->nmicro,
                    BUFFERED_MICRO);
   if (o->nslots == 0) o->nslots = need > 2 ? (int)need : 2;
@@ -100,7 +100,7 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* Copy-engine copies (tballoc.c's offload) of one source rank, as the copy
+/* Copy-engine copies (offload.c) of one source rank, as the copy
    engine makes them. `beside` the TBs: those a reduction waits for, micro-
    batch by micro-batch, posting the flag after each; then those that wait
    for a TB's counter, each micro-batch once it is counted (as each copy
@@ -285,13 +285,13 @@ static void stuck_report(const Plan *pl, Worker *w, int nw, Err *e) {
   buf_free(&b);
 }
 
-/* The plan's program, compiled and loaded once: every run after the first
-   (another dtype, op or count) reuses it. */
-static rcStatus program(Plan *pl, const ExecOpts *o, Err *e) {
-  if (pl->host_so) return RC_OK;
+/* The plan's program, compiled and loaded once per HostExec: every run
+   after the first (another dtype, op or count) reuses it. */
+static rcStatus program(const Plan *pl, HostExec *hx, const ExecOpts *o, Err *e) {
+  if (hx->so) return RC_OK;
   char dir[] = "/tmp/resccl-XXXXXX";
   if (!mkdtemp(dir)) return err_set(e, RC_EEXEC, "cannot create a temporary directory");
-  rcStatus rc = load_program(pl, o, dir, &pl->host_so, e);
+  rcStatus rc = load_program(pl, o, dir, &hx->so, e);
   char rm[600];
   snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
   if (system(rm) != 0) { /* leftover temp files are harmless */
@@ -299,12 +299,12 @@ static rcStatus program(Plan *pl, const ExecOpts *o, Err *e) {
   return rc;
 }
 
-void exec_host_unload(Plan *pl) {
-  if (pl->host_so) dlclose(pl->host_so);
-  pl->host_so = NULL;
+void exec_host_close(HostExec *hx) {
+  if (hx->so) dlclose(hx->so);
+  hx->so = NULL;
 }
 
-rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
+static rcStatus run(const Plan *pl, HostExec *hx, const ExecOpts *o, ExecResult *res, Err *e) {
   const Program *p = pl->prog;
   int R = p->nranks, C = p->chunks;
   size_t N = o->count, es = dtype_size[o->dtype];
@@ -322,9 +322,9 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
                .slot_bytes = o->slot_bytes / es * es, .timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000,
                .direct = o->direct,
                .reduce = data_reducer(o->dtype, o->op), .post = data_post(o->dtype, o->op)};
-  RC_CHECK(program(pl, o, e));
-  const RxRank *prog = dlsym(pl->host_so, "rx_program");
-  const int *nr = dlsym(pl->host_so, "rx_nranks");
+  RC_CHECK(program(pl, hx, o, e));
+  const RxRank *prog = dlsym(hx->so, "rx_program");
+  const int *nr = dlsym(hx->so, "rx_nranks");
   if (!prog || !nr || *nr != R) return err_set(e, RC_EEXEC, "the emitted program does not match the plan");
   rcStatus rc = RC_OK;
 
@@ -394,5 +394,12 @@ rcStatus exec_host(Plan *pl, const ExecOpts *o, ExecResult *res, Err *e) {
   for (int r = 0; r < R * 3; r++) free(run.buf[r]);
   for (int c = 0; c < pl->nconn; c++) free(run.fifo[c].slots);
   free(run.buf), free(run.fifo), free(run.flag), free(run.ceflag), free(run.cepost), free(w);
+  return rc;
+}
+
+rcStatus exec_host(const Plan *pl, HostExec *hx, const ExecOpts *o, ExecResult *res, Err *e) {
+  HostExec once = {0};
+  rcStatus rc = run(pl, hx ? hx : &once, o, res, e);
+  exec_host_close(&once);
   return rc;
 }

@@ -17,27 +17,24 @@
 
 typedef struct {
   Plan pl;
+  HostExec hx; /* its host program, once plan:exec has run */
 } PlanBox;
 
 static PlanBox *checkplan(lua_State *L, int i) { return luaL_checkudata(L, i, PLAN_MT); }
 
-/* The names core.compile's options and plan:emit take, in their enums'
-   order, which plans are reported in too; core.names lists them. */
-static const char *const scheds[] = {"hpds", "rr", NULL}, *const tbs[] = {"state", "conn", "manual", "merge", NULL};
-static const char *const orders[] = {"task", "algorithm", NULL}, *const fuses[] = {"never", "auto", "always", NULL};
-static const char *const stages[] = {"dag", "sched", "lower", "tb", "verify", NULL};
+/* The targets plan:emit takes; the options' names are plan.c's (core.names lists both). */
 static const char *const targets[] = {"host", "cuda", NULL};
 
 /* The options table at index i (nil: every default). */
 static Options optarg(lua_State *L, int i) {
   if (lua_isnoneornil(L, i)) lua_newtable(L), lua_replace(L, i);
   luaL_checktype(L, i, LUA_TTABLE);
-  return (Options){.sched = (SchedKind)l_optenum(L, i, "sched", "hpds", scheds),
-                   .tb = (TbPolicy)l_optenum(L, i, "tb", "state", tbs), .inplace = l_optbool(L, i, "inplace", 0),
-                   .fuse = l_optenum(L, i, "fuse", "auto", fuses),
-                   .order = (ExecOrder)l_optenum(L, i, "order", "task", orders), .ce = l_optbool(L, i, "ce", 0),
+  return (Options){.sched = (SchedKind)l_optenum(L, i, "sched", "hpds", sched_names()),
+                   .tb = (TbPolicy)l_optenum(L, i, "tb", "state", tb_policy_names()), .inplace = l_optbool(L, i, "inplace", 0),
+                   .fuse = l_optenum(L, i, "fuse", "auto", fuse_names()),
+                   .order = (ExecOrder)l_optenum(L, i, "order", "task", order_names()), .ce = l_optbool(L, i, "ce", 0),
                    .pull = l_optbool(L, i, "pull", 0),
-                   .stop_after = (Stage)l_optenum(L, i, "stop_after", "verify", stages)};
+                   .stop_after = (Stage)l_optenum(L, i, "stop_after", "verify", stage_names())};
 }
 
 static int l_compile(lua_State *L) {
@@ -63,9 +60,9 @@ static int l_compile(lua_State *L) {
 static int l_plan_report(lua_State *L) {
   Plan *pl = &checkplan(L, 1)->pl;
   lua_createtable(L, 0, 16);
-  lua_pushstring(L, scheds[pl->opt.sched]), lua_setfield(L, -2, "sched");
-  lua_pushstring(L, tbs[pl->opt.tb]), lua_setfield(L, -2, "tb_policy");
-  lua_pushstring(L, orders[pl->opt.order]), lua_setfield(L, -2, "order");
+  lua_pushstring(L, sched_name(pl->opt.sched)), lua_setfield(L, -2, "sched");
+  lua_pushstring(L, tb_policy_name(pl->opt.tb)), lua_setfield(L, -2, "tb_policy");
+  lua_pushstring(L, order_name(pl->opt.order)), lua_setfield(L, -2, "order");
   lua_pushboolean(L, pl->opt.inplace), lua_setfield(L, -2, "inplace");
   lua_pushboolean(L, pl->verified), lua_setfield(L, -2, "verified");
   lua_pushboolean(L, pl->opt.fuse != FUSE_NEVER), lua_setfield(L, -2, "fused");
@@ -227,7 +224,8 @@ static int l_redop(lua_State *L) { return l_name(L, &redops); }
 /* plan:exec{dtype=, op=, count=, nmicro=, slots=, slot_bytes=, timeout_ms=, direct=,
               gpu=, ndev=, threads=, iters=, channels=, with=}: on the host, or on GPUs when gpu is set */
 static int l_plan_exec(lua_State *L) {
-  Plan *pl = &checkplan(L, 1)->pl;
+  PlanBox *box = checkplan(L, 1);
+  Plan *pl = &box->pl;
   lua_settop(L, 2);
   if (lua_isnil(L, 2)) lua_newtable(L), lua_replace(L, 2);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -249,7 +247,7 @@ static int l_plan_exec(lua_State *L) {
   lua_pop(L, 1);
   ExecResult r;
   Err e;
-  if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &o, &r, &e)) != RC_OK)
+  if ((l_optbool(L, 2, "gpu", 0) ? exec_gpu(pl, &o, &g, &r, &e) : exec_host(pl, &box->hx, &o, &r, &e)) != RC_OK)
     return l_fail(L, &e);
   lua_createtable(L, 0, 4);
   l_setnum(L, "max_err", r.max_err);
@@ -319,10 +317,11 @@ static int l_plan_tostring(lua_State *L) {
   if (!pl->prog) return lua_pushliteral(L, "Plan (empty)"), 1;
   lua_pushfstring(L, "Plan %s: %s, %d ranks, %d tasks", pl->prog->name, pl->opt.inplace ? "in-place" : "out-of-place",
                   pl->prog->nranks, pl->reached > ST_DAG ? pl->dag.n : 0);
-  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots, scheds[pl->opt.sched]);
+  if (pl->reached > ST_SCHED) lua_pushfstring(L, ", %d sub-pipelines (%s)", pl->sched.nslots,
+                                              sched_name(pl->opt.sched));
   else lua_pushliteral(L, "");
   if (pl->reached > ST_TB) lua_pushfstring(L, ", %d TBs, at most %d per rank (%s)", pl->ntbs, plan_tbs_max(pl),
-                                           tbs[pl->opt.tb]);
+                                           tb_policy_name(pl->opt.tb));
   else lua_pushliteral(L, "");
   lua_pushstring(L, pl->verified ? ", verified" : ", not verified");
   lua_concat(L, 4);
@@ -330,7 +329,9 @@ static int l_plan_tostring(lua_State *L) {
 }
 
 static int l_plan_gc(lua_State *L) {
-  plan_free(&checkplan(L, 1)->pl);
+  PlanBox *box = checkplan(L, 1);
+  plan_free(&box->pl);
+  exec_host_close(&box->hx);
   return 0;
 }
 
@@ -375,7 +376,7 @@ static int l_schedule_subpipelines(lua_State *L) {
 
 static int l_schedule_tostring(lua_State *L) {
   Plan *pl = schedplan(L);
-  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", scheds[pl->opt.sched],
+  lua_pushfstring(L, "Schedule %s: %d tasks in %d sub-pipelines", sched_name(pl->opt.sched),
                   pl->dag.n, pl->sched.nslots);
   return 1;
 }
@@ -405,12 +406,12 @@ void l_plan_open(lua_State *L) {
   lua_createtable(L, NCOLL, 0);
   for (int c = 0; c < NCOLL; c++) lua_pushstring(L, coll_name((Coll)c)), lua_rawseti(L, -2, c + 1);
   lua_setfield(L, -2, "collective");
-  push_names(L, "sched", scheds, -1);
-  push_names(L, "tb", tbs, -1);
-  push_names(L, "order", orders, -1);
-  push_names(L, "fuse", fuses, -1);
-  push_names(L, "stage", stages, -1);
-  push_names(L, "dump", stages, ST_TB + 1);
+  push_names(L, "sched", sched_names(), -1);
+  push_names(L, "tb", tb_policy_names(), -1);
+  push_names(L, "order", order_names(), -1);
+  push_names(L, "fuse", fuse_names(), -1);
+  push_names(L, "stage", stage_names(), -1);
+  push_names(L, "dump", stage_names(), ST_TB + 1);
   push_names(L, "emit", targets, -1);
   lua_setfield(L, -2, "names");
 }

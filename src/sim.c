@@ -403,7 +403,7 @@ static void tb_finish(Sim *s, int g, double now) {
   }
   s->done[k * s->NP + pi]++;
   wake(s, k * s->NP + pi);
-  tb_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
+  deadlock_step(s->pl, g % s->NT, s->pl->opt.order, &s->cur[g], &s->mb[g], s->M);
   next_call(s, g, tb_len(s, g), now);
 }
 
@@ -629,8 +629,7 @@ rcStatus sim_run(const Plan *pl, const SimOpts *o, SimResult *r, Err *e) {
   double block = prog->coll == COLL_ALLREDUCE ? o->size : o->size / prog->nranks;
   s.chunk_bytes = block / prog->chunks / s.K;
   if (o->gpu) /* nmicro= as RESCCL_NMICRO: raised where a slice would not fit a slot */
-    s.M = (int)rx_nmicro((size_t)(block / 4), 4, (size_t)prog->chunks, (size_t)plan_maxcnt(pl), (size_t)s.K,
-                         (size_t)s.K, RX_TILE_BYTES, RX_SLOT_BYTES, (size_t)o->nmicro);
+    s.M = (int)plan_nmicro(pl, (size_t)(block / 4), 4, (size_t)s.K, RX_SLOT_BYTES, (size_t)o->nmicro);
   else if (o->nmicro > 0) s.M = o->nmicro;
   else if (!(s.chunk_bytes / o->tile <= SIM_MAX_MICRO))
     return err_set(e, RC_ESIZE, "size %.0f bytes in tiles of %.0f makes more than %d micro-batches of %d chunks: "

@@ -1,26 +1,20 @@
 /*
-** verify.c — prove a plan right before anything runs it.
+** verify.c — prove a plan right before anything runs it, from what
+** analyse.c found of it (Plan.facts). Proofs only: it changes nothing.
 **
-** 1. Post-condition: execute the tasks symbolically in pipeline order (a
-**    task may not read chunks it writes, shifted: executors move them side
-**    by side). A
-**    location holds a multiset of input contributions, kept as (sum of 64-bit
-**    hashes, count); copies replace, reductions add. Every output chunk must
-**    hold exactly the contributions the collective defines, each once. On
-**    the way, note the reductions that complete a value (Plan.complete):
-**    where avg divides.
+** 1. Post-condition: once the tasks ran symbolically in pipeline order,
+**    every output chunk holds exactly the contributions the collective
+**    defines, each once; and no task reads chunks it writes, shifted
+**    (executors move a task's chunks side by side).
 ** 2. Connection order: both ends of a connection see its tasks in one order.
-** 3. Deadlock: run the per-TB programs abstractly over a few micro-batches
-**    with FIFOs too small to hold a tile (the tightest buffering there is), so
-**    a plan that passes cannot block at any buffer size; a buffered plan
-**    (Plan.buffered) with FIFOs of two tiles, which executors then guarantee.
-**    If they stop short, follow who-waits-for-whom to a cycle and name its
-**    TBs and primitives.
-**    In a plan that pulls, every rank runs a kernel (pulls_served).
+** 3. Deadlock: run the per-TB programs abstractly (deadlock.c) over a few
+**    micro-batches with FIFOs too small to hold a tile (the tightest
+**    buffering there is), so a plan that passes cannot block at any buffer
+**    size; a buffered plan (Plan.buffered) with FIFOs of two tiles, which
+**    executors then guarantee. In a plan that pulls, every rank runs a
+**    kernel (pulls_served).
 ** 4. Races: what orders primitives on GPUs orders every two accesses of a
-**    location, one a write, as step 1 ran them (see races); and where GPU
-**    slices of two ranges would not meet, note the primitives that move
-**    chunk by chunk (Plan.split).
+**    location, one a write, as step 1 ran them (see races).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,111 +22,62 @@
 
 #include "core.h"
 
-typedef struct {
-  uint64_t h;
-  int cnt; /* contributions; -1 = never written (garbage) */
-} Val;
-
-static uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static uint64_t contrib(int rank, int idx) { return mix(((uint64_t)rank << 32) | (uint32_t)idx); }
-
-/* Physical location of (rank, buf, idx) under the plan's placement. */
-typedef struct {
-  int per, off[NBUF];
-} Layout;
-
-static size_t loc(const Layout *l, const Program *p, int inplace, int rank, int buf, int idx) {
-  if (inplace) {
-    if (p->coll == COLL_ALLGATHER && buf == BUF_INPUT) buf = BUF_OUTPUT, idx += rank * p->chunks;
-    else if (p->coll == COLL_REDUCESCATTER && buf == BUF_OUTPUT) buf = BUF_INPUT, idx += rank * p->chunks;
-    else if ((p->coll == COLL_ALLREDUCE || p->coll == COLL_ALLTOALL) && buf == BUF_INPUT) buf = BUF_OUTPUT;
-  }
-  return (size_t)rank * l->per + l->off[buf] + idx;
-}
-
 /* Which single contribution is h, if any: "rank R input chunk I". */
 static int find_one(const Program *p, uint64_t h, char *out, size_t n) {
   int ni = prog_bufchunks(p, BUF_INPUT);
   for (int r = 0; r < p->nranks; r++)
     for (int i = 0; i < ni; i++)
-      if (contrib(r, i) == h) return snprintf(out, n, "rank %d's input chunk %d", r, i), 1;
+      if (sym_contrib(r, i) == h) return snprintf(out, n, "rank %d's input chunk %d", r, i), 1;
   return 0;
 }
 
 /* Whether n locations from a and from b meet without being the same. */
 static int shifted(size_t a, size_t b, int n) { return a != b && a < b + (size_t)n && b < a + (size_t)n; }
 
-static rcStatus postcondition(Plan *pl, Err *e) {
-  const Program *p = pl->prog;
-  const Dag *d = &pl->dag;
-  int R = p->nranks, C = p->chunks, inplace = pl->opt.inplace;
-  Layout L = {0, {0}};
-  for (int b = 0; b < NBUF; b++) L.off[b] = L.per, L.per += prog_bufchunks(p, b);
-  size_t nloc = (size_t)R * L.per;
-  Val *v = xmalloc((nloc + 1) * sizeof *v);
-  int *writer = xmalloc((nloc + 1) * sizeof *writer);
-  for (size_t i = 0; i < nloc; i++) v[i] = (Val){0, -1}, writer[i] = -1;
-  int ni = prog_bufchunks(p, BUF_INPUT);
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < ni; i++) v[loc(&L, p, inplace, r, BUF_INPUT, i)] = (Val){contrib(r, i), 1};
-  free(pl->complete);
-  pl->complete = xcalloc((size_t)d->n + 1, sizeof *pl->complete);
-
-  rcStatus rc = RC_OK;
-  for (int k = 0; k < d->n && rc == RC_OK; k++) {
+/* Executors move a task's chunks side by side: a task must not read a
+   location it writes unless it is the same chunk (which it reads first). */
+static rcStatus unshifted(const Plan *pl, const Facts *f, Err *e) {
+  for (int k = 0; k < pl->dag.n; k++) {
     int t = pl->sched.order[k];
-    const Task *tk = &d->t[t];
-    /* Executors move a task's chunks side by side: a task must not read a
-       location it writes unless it is the same chunk (which it reads first). */
-    size_t s0 = loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx), o0 = loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx),
-           d0 = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx);
+    const Task *tk = &pl->dag.t[t];
+    size_t s0 = facts_loc(f, tk->src, tk->sbuf, tk->sidx), o0 = facts_loc(f, tk->dst, tk->obuf, tk->oidx),
+           d0 = facts_loc(f, tk->dst, tk->dbuf, tk->didx);
     if (shifted(s0, d0, tk->cnt) || (tk->op == OP_REDUCE && shifted(o0, d0, tk->cnt))) {
       char at[300];
       plan_task_where(pl, t, at, sizeof at);
-      rc = err_set(e, RC_EVERIFY, "%s: a transfer of %d chunks reads chunks it writes, shifted", at, tk->cnt);
-    }
-    for (int c = 0; c < tk->cnt; c++) {
-      /* Task buffers are already placed: index without aliasing. */
-      Val s = v[loc(&L, p, 0, tk->src, tk->sbuf, tk->sidx + c)];
-      Val o = v[loc(&L, p, 0, tk->dst, tk->obuf, tk->oidx + c)];
-      size_t di = loc(&L, p, 0, tk->dst, tk->dbuf, tk->didx + c);
-      if (tk->op == OP_COPY) v[di] = s;
-      else if (s.cnt < 0 || o.cnt < 0) v[di] = (Val){0, -1};
-      else v[di] = (Val){o.h + s.h, o.cnt + s.cnt};
-      if (tk->op == OP_REDUCE && v[di].cnt == R) pl->complete[t]++;
-      writer[di] = t;
+      return err_set(e, RC_EVERIFY, "%s: a transfer of %d chunks reads chunks it writes, shifted", at, tk->cnt);
     }
   }
+  return RC_OK;
+}
 
+static rcStatus postcondition(const Plan *pl, const Facts *f, Err *e) {
+  const Program *p = pl->prog;
+  int R = p->nranks, C = p->chunks, ni = prog_bufchunks(p, BUF_INPUT);
   /* A reduced chunk holds every rank's input chunk of its index, once. */
   uint64_t *colsum = xcalloc((size_t)ni + 1, sizeof *colsum);
   if (p->coll == COLL_ALLREDUCE || p->coll == COLL_REDUCESCATTER)
     for (int i = 0; i < ni; i++)
-      for (int b = 0; b < R; b++) colsum[i] += contrib(b, i);
+      for (int b = 0; b < R; b++) colsum[i] += sym_contrib(b, i);
   int no = prog_bufchunks(p, BUF_OUTPUT);
+  rcStatus rc = RC_OK;
   for (int r = 0; r < R && rc == RC_OK; r++)
     for (int j = 0; j < no && rc == RC_OK; j++) {
-      Val want;
+      SymVal want;
       switch (p->coll) {
-      case COLL_ALLGATHER: want = (Val){contrib(j / C, j % C), 1}; break;
-      case COLL_ALLTOALL: want = (Val){contrib(j / C, r * C + j % C), 1}; break;
-      case COLL_REDUCESCATTER: want = (Val){colsum[r * C + j], R}; break;
-      default: want = (Val){colsum[j], R}; break;
+      case COLL_ALLGATHER: want = (SymVal){sym_contrib(j / C, j % C), 1}; break;
+      case COLL_ALLTOALL: want = (SymVal){sym_contrib(j / C, r * C + j % C), 1}; break;
+      case COLL_REDUCESCATTER: want = (SymVal){colsum[r * C + j], R}; break;
+      default: want = (SymVal){colsum[j], R}; break;
       }
-      size_t li = loc(&L, p, inplace, r, BUF_OUTPUT, j);
-      Val got = v[li];
+      SymVal got = f->out[(size_t)r * no + j];
+      int writer = f->writer[(size_t)r * no + j];
       if (got.cnt == want.cnt && got.h == want.h) continue;
       char at[300], what[200] = "", have[120];
-      if (writer[li] >= 0) plan_task_where(pl, writer[li], at, sizeof at);
+      if (writer >= 0) plan_task_where(pl, writer, at, sizeof at);
       else prog_where(p, p->at, at, sizeof at);
       if (got.cnt < 0) {
-        snprintf(what, sizeof what, "%s", writer[li] >= 0 ? "data never initialised" : "nothing (never written)");
+        snprintf(what, sizeof what, "%s", writer >= 0 ? "data never initialised" : "nothing (never written)");
       } else if (want.cnt == 1) {
         if (got.cnt == 1 && find_one(p, got.h, have, sizeof have))
           snprintf(what, sizeof what, "%s", have);
@@ -154,7 +99,7 @@ static rcStatus postcondition(Plan *pl, Err *e) {
       rc = err_set(e, RC_EVERIFY, "%s: %s result wrong: rank %d output chunk %d holds %s", at, coll_name(p->coll),
                    r, j, what);
     }
-  free(v), free(writer), free(colsum);
+  free(colsum);
   return rc;
 }
 
@@ -201,77 +146,15 @@ static rcStatus conn_order(const Plan *pl, Err *e) {
 ** once, ordered only by program order in a TB, a wait for a flag, a
 ** receive's wait for what its send pushes or puts, and a copy-engine copy's
 ** counter and flag. A pull reads the sender's buffer and a put writes the
-** peer's with none of these: tballoc.c's rules keep them apart from the
+** peer's with none of these: pull.c's rules keep them apart from the
 ** rest. So every two accesses of one location, one a write, must be
 ** ordered by these, the way the post-condition ran them. Micro-batch m of
 ** every chunk lies in one slab (tile.h), so the order is per micro-batch.
-** Events are primitives and copy-engine copies. Almost every pair is
+** Events are primitives and copy-engine copies, the accesses those
+** analyse.c listed (Facts.a). Almost every pair is
 ** ordered within two steps (before_near); vector clocks settle the rest
 ** (far_unmet). The deadlock check runs first: the order has no cycle.
 */
-typedef struct {
-  size_t at;            /* location */
-  int pos, ev, task;    /* the task's position in the post-condition's order, the event, the task */
-  uint8_t phase, write; /* phase: the order within a task (PH_*) */
-  int lo, cnt;          /* the chunk range it is part of, in its buffer */
-} Access;
-
-/* Phases of a task: its source read, a landing write (a put, a copy
-   engine's), what its receiver does. */
-enum { PH_READ, PH_LAND, PH_RECV };
-
-/* Accesses by location, then in the post-condition's order: a counting
-   sort (millions of accesses at a thousand ranks), whose first pass only
-   counts (a == NULL). */
-typedef struct {
-  const Plan *pl;
-  Layout L;
-  size_t *off; /* per location: where its accesses go */
-  Access *a;
-  int n;
-} Accesses;
-
-static void touch(Accesses *x, int ev, int task, int phase, int write, int rank, int buf, int idx, int cnt) {
-  for (int c = 0; c < cnt; c++) {
-    size_t at = loc(&x->L, x->pl->prog, 0, rank, buf, idx + c);
-    if (!x->a) x->off[at + 2]++, x->n++;
-    else x->a[x->off[at + 1]++] = (Access){at, x->pl->sched.pos[task], ev, task, (uint8_t)phase, (uint8_t)write, idx, cnt};
-  }
-}
-
-/* What primitive i reads and writes, and where (emit.c's macros). */
-static void prim_accesses(Accesses *x, int i) {
-  const Plan *pl = x->pl;
-  const Prim *p = &pl->p[i];
-  int r = p->rank, k = p->kind, n = p->cnt, src = p->pull ? pl->dag.t[p->tin].src : r;
-  const Prim *rp = (k == PR_SEND || k == PR_CS) && p->direct ? &pl->p[pl->task_recv[p->tout]] : NULL;
-  if (k == PR_SEND || k == PR_CS || k == PR_COPY || k == PR_REDUCE)
-    touch(x, i, k == PR_SEND ? p->tout : p->tin, PH_READ, 0, r, p->rbuf, p->ridx, n);
-  if (rp) touch(x, i, p->tout, PH_LAND, 1, rp->rank, rp->wbuf, rp->widx, n);
-  if (p->pull) touch(x, i, p->tin, PH_READ, 0, src, p->rbuf, p->ridx, n);
-  if (p->pull && k == PR_RRCS) {
-    const Task *o = &pl->dag.t[p->tout];
-    touch(x, i, p->tout, PH_LAND, 1, o->dst, o->dbuf, o->didx, n);
-  }
-  if (k == PR_RRC && ((p->direct && !p->pull) || p->ce)) /* reduces what landed where it landed */
-    touch(x, i, p->tin, PH_RECV, 0, r, p->wbuf, p->widx, n);
-  if (k == PR_RRC || k == PR_RRCS || k == PR_RRS || k == PR_REDUCE)
-    touch(x, i, p->tin, PH_RECV, 0, r, p->ubuf, p->uidx, n);
-  /* a direct receive writes too where its put falls back to the FIFO (ranks not called together) */
-  if (k != PR_SEND && k != PR_RRS) touch(x, i, p->tin, PH_RECV, 1, r, p->wbuf, p->widx, n);
-  /* a fused forward sends what it just wrote, as task tout reads it */
-  if (k == PR_RCS || k == PR_RRCS || k == PR_CS) touch(x, i, p->tout, PH_READ, 0, r, p->wbuf, p->widx, n);
-}
-
-static int access_cmp(const void *a, const void *b) {
-  const Access *x = a, *y = b;
-  if (x->at != y->at) return x->at < y->at ? -1 : 1;
-  if (x->pos != y->pos) return x->pos - y->pos;
-  if (x->phase != y->phase) return x->phase - y->phase;
-  if (x->write != y->write) return x->write - y->write;
-  return x->ev - y->ev;
-}
-
 /* Events: primitives (np of them), then copy-engine copies. A chain (a TB,
    a copy) runs its events in order; pred lists what else each waits for. */
 typedef struct {
@@ -320,7 +203,7 @@ static int before_near(const Events *v, int a, int b) {
   return 0;
 }
 
-static rcStatus race_report(const Plan *pl, const Layout *L, const Access *a, const Access *b, Err *e) {
+static rcStatus race_report(const Plan *pl, const Layout *L, const LocAccess *a, const LocAccess *b, Err *e) {
   int rank = (int)(b->at / (size_t)L->per), off = (int)(b->at % (size_t)L->per), buf = NBUF - 1;
   while (off < L->off[buf]) buf--;
   char at[300], other[300];
@@ -330,7 +213,7 @@ static rcStatus race_report(const Plan *pl, const Layout *L, const Access *a, co
                  buf_name(buf), off - L->off[buf], b->write ? "write" : "read", a->write ? "write" : "read", other);
 }
 
-/* Access a must come before access b (indices of accesses), b's event ev. */
+/* LocAccess a must come before access b (indices of accesses), b's event ev. */
 typedef struct {
   int a, b, ev;
 } Need;
@@ -343,7 +226,7 @@ static int need_cmp(const void *p, const void *q) {
 /* The first need (by b's access) that nothing orders: vector clocks in
    topological order over the chains that needs name, each clock freed
    once its successors have theirs. -1 when all are met, -2 on a cycle. */
-static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
+static int far_unmet(const Events *v, const LocAccess *x, const Need *nd, int nn) {
   int E = v->n, K = 0, bad = -1, done = 0;
   int *col = xmalloc(((size_t)v->nchain + 1) * sizeof *col);
   for (int c = 0; c < v->nchain; c++) col[c] = -1;
@@ -383,42 +266,20 @@ static int far_unmet(const Events *v, const Access *x, const Need *nd, int nn) {
   return done < E ? -2 : bad;
 }
 
-/*
-** Slices. The GPU cuts each primitive's chunk range into slices, and flags,
-** FIFOs and a TB's turns order slice s of one primitive only with slice s
-** of another (cuda.cuh): that orders the same elements only where both
-** reach them through the same range. Where two primitives that must be
-** ordered reach a location through different ranges, both move their
-** chunks one at a time (Plan.split: a chunk's slices are the same in every
-** range of one chunk); and so do the other ends of their transfers, and
-** whatever then meets them through a range of several chunks. Copy-engine
-** copies are not sliced: what orders them orders every slice.
-*/
-static int sliced_alike(const Plan *pl, const Access *a, const Access *b) {
-  if (a->ev >= pl->np || b->ev >= pl->np) return 1; /* a copy: Plan.split has no entry for it */
-  int wa = a->cnt == 1 || pl->split[a->ev], wb = b->cnt == 1 || pl->split[b->ev];
-  return (wa && wb) || (!wa && !wb && a->lo == b->lo && a->cnt == b->cnt);
+/* What one step does not order, for far_unmet. */
+typedef struct {
+  const Events *v;
+  const LocAccess *a;
+  Need *nd;
+  int n, cap;
+} Needs;
+
+static void need(void *ctx, int i, int j) {
+  Needs *x = ctx;
+  if (!before_near(x->v, x->a[i].ev, x->a[j].ev)) VEC_PUSH(x->nd, x->n, x->cap, ((Need){i, j, x->a[j].ev}));
 }
 
-static void split_ranges(Plan *pl, const Access *x, const int *pair, int npair) {
-  for (int again = 1; again;) {
-    again = 0;
-    for (int k = 0; k < npair; k++) {
-      const Access *a = &x[pair[2 * k]], *b = &x[pair[2 * k + 1]];
-      if (sliced_alike(pl, a, b)) continue;
-      pl->split[a->ev] |= a->cnt > 1, pl->split[b->ev] |= b->cnt > 1, again = 1;
-    }
-    for (int i = 0; i < pl->np; i++) /* both ends of a transfer cut alike */
-      for (int k = 0; k < 2 && pl->split[i]; k++) {
-        int t = k ? pl->p[i].tout : pl->p[i].tin, ends[2] = {t >= 0 ? pl->task_send[t] : -1, t >= 0 ? pl->task_recv[t] : -1};
-        for (int j = 0; j < 2; j++)
-          if (ends[j] >= 0 && !pl->split[ends[j]] && pl->p[ends[j]].cnt > 1) pl->split[ends[j]] = 1, again = 1;
-      }
-  }
-}
-
-static rcStatus races(Plan *pl, Err *e) {
-  const Program *p = pl->prog;
+static rcStatus races(const Plan *pl, const Facts *f, Err *e) {
   int np = pl->np;
   /* A fused primitive forwards what it just received or copied: the task it
      forwards must read that value, after the arrival in the post-condition's order. */
@@ -431,390 +292,26 @@ static rcStatus races(Plan *pl, Err *e) {
                      plan_task_where(pl, q->tout, at, sizeof at));
     }
   }
-  Accesses x = {pl, {0, {0}}, NULL, NULL, 0};
-  for (int b = 0; b < NBUF; b++) x.L.off[b] = x.L.per, x.L.per += prog_bufchunks(p, b);
-  size_t nloc = (size_t)p->nranks * (size_t)x.L.per;
-  x.off = xcalloc(nloc + 2, sizeof *x.off);
-  for (int pass = 0; pass < 2; pass++) {
-    for (int i = 0; i < np; i++) prim_accesses(&x, i);
-    for (int j = 0; j < pl->nce; j++) {
-      const CeCopy *c = &pl->ce[j];
-      touch(&x, np + j, c->task, PH_READ, 0, c->src, c->rbuf, c->ridx, c->cnt);
-      touch(&x, np + j, c->task, PH_LAND, 1, c->dst, c->wbuf, c->widx, c->cnt);
-    }
-    if (pass) break;
-    for (size_t l = 0; l < nloc; l++) x.off[l + 2] += x.off[l + 1];
-    x.a = xmalloc(((size_t)x.n + 1) * sizeof *x.a);
-  }
-  for (size_t l = 0; l < nloc; l++)
-    if (x.off[l + 1] - x.off[l] > 1) qsort(x.a + x.off[l], x.off[l + 1] - x.off[l], sizeof *x.a, access_cmp);
-  free(x.off);
   Events v;
   events_build(pl, &v);
-
-  /* What must be ordered: each access after the location's last write, a
-     write after the reads since (earlier ones follow by transitivity). What
-     one step orders is settled here, the rest by far_unmet. */
-  Need *nd = NULL;
-  int nn = 0, cap = 0, *pair = NULL, npair = 0, cappair = 0;
-#define NEED(i, j)                                                                                   \
-  do {                                                                                               \
-    if (x.a[i].ev == x.a[j].ev) break;                                                               \
-    if (x.a[i].cnt > 1 || x.a[j].cnt > 1) {                                                          \
-      VEC_PUSH(pair, npair, cappair, i);                                                             \
-      VEC_PUSH(pair, npair, cappair, j);                                                             \
-    }                                                                                                \
-    if (!before_near(&v, x.a[i].ev, x.a[j].ev)) VEC_PUSH(nd, nn, cap, ((Need){i, j, x.a[j].ev}));     \
-  } while (0)
-  for (int lo = 0, hi; lo < x.n; lo = hi) {
-    int w = -1, rd = lo;
-    for (hi = lo; hi < x.n && x.a[hi].at == x.a[lo].at; hi++) {
-      if (w >= 0) NEED(w, hi);
-      if (!x.a[hi].write) continue;
-      for (; rd < hi; rd++)
-        if (!x.a[rd].write) NEED(rd, hi);
-      w = hi, rd = hi + 1;
-    }
-  }
-#undef NEED
-  free(pl->split);
-  pl->split = xcalloc((size_t)np + 1, 1);
-  split_ranges(pl, x.a, pair, npair / 2);
-  free(pair);
-  if (nn) qsort(nd, (size_t)nn, sizeof *nd, need_cmp);
-  int bad = nn ? far_unmet(&v, x.a, nd, nn) : -1;
+  /* What must be ordered (facts_orders): what one step orders is settled
+     here, the rest by far_unmet. */
+  Needs x = {&v, f->a, NULL, 0, 0};
+  facts_orders(f, need, &x);
+  if (x.n) qsort(x.nd, (size_t)x.n, sizeof *x.nd, need_cmp);
+  int bad = x.n ? far_unmet(&v, f->a, x.nd, x.n) : -1;
   rcStatus rc = RC_OK;
-  if (bad >= 0) rc = race_report(pl, &x.L, &x.a[nd[bad].a], &x.a[nd[bad].b], e);
-  if (bad == -2) rc = err_set(e, RC_EDEADLOCK, "%s: the plan's primitives wait for one another in a cycle", p->name);
-  free(x.a), free(nd);
+  if (bad >= 0) rc = race_report(pl, &f->L, &f->a[x.nd[bad].a], &f->a[x.nd[bad].b], e);
+  if (bad == -2)
+    rc = err_set(e, RC_EDEADLOCK, "%s: the plan's primitives wait for one another in a cycle", pl->prog->name);
+  free(x.nd);
   events_free(&v);
-  return rc;
-}
-
-/* ------------------------------------------------------------ deadlock */
-
-/*
-** The model: FIFOs as small as can be. Then a tile cannot sit in a FIFO; the
-** primitives that carry one task's tile (its send, its receive, and through
-** fused primitives the tasks they forward) move it together, as one
-** rendezvous: a group fires tile m when every member's TB stands at that
-** member with its flags satisfied. Any buffering only loosens this, so a plan
-** that completes here completes with any FIFO size.
-*/
-typedef struct {
-  const Plan *pl;
-  int M;
-  int *grp, *goff, *gmem; /* per prim: its group; members of group g: gmem[goff[g] .. goff[g+1]) */
-  int *garr;              /* per group: members arrived */
-  int *cur, *m;           /* per TB: index into its program, micro-batch */
-  char *arrived;          /* per TB: its current primitive has joined its group */
-  int *wflag;             /* per TB: the primitive whose flag it waits for, or -1 */
-  int *done;              /* per prim: micro-batches finished */
-  int *head, *next;       /* per prim: TBs waiting for its flag */
-  int *queue, qn;
-  char *inq;
-} Sim;
-
-static int tb_of(const Plan *pl, int prim) { return pl->tb_base[pl->p[prim].rank] + pl->p[prim].tb; }
-
-static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off[b]; }
-
-static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
-
-/* Has TB b run its whole program? */
-static int finished(const Plan *pl, const Sim *s, int b) { return s->cur[b] >= tb_len(pl, b); }
-
-/* Step TB b past its current (primitive, micro-batch). */
-static void advance(const Plan *pl, Sim *s, int b) { tb_step(pl, b, pl->opt.order, &s->cur[b], &s->m[b], s->M); }
-
-static void enqueue(Sim *s, int tb) {
-  if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
-}
-
-/* Groups: primitives joined by carrying the same task. */
-static void make_groups(const Plan *pl, Sim *s) {
-  int np = pl->np, ng = 0;
-  int *up = xmalloc(((size_t)np + 1) * sizeof *up), *id = xmalloc(((size_t)np + 1) * sizeof *id);
-  for (int i = 0; i < np; i++) up[i] = i, id[i] = -1;
-  for (int t = 0; t < pl->dag.n; t++) /* a copy-engine copy, a pull, a put (tballoc.c) have one end or none */
-    if (pl->task_send[t] >= 0 && pl->task_recv[t] >= 0) up[uf_find(up, pl->task_send[t])] = uf_find(up, pl->task_recv[t]);
-  s->grp = xmalloc(((size_t)np + 1) * sizeof(int));
-  for (int i = 0; i < np; i++) {
-    int r = uf_find(up, i);
-    if (id[r] < 0) id[r] = ng++;
-    s->grp[i] = id[r];
-  }
-  s->goff = xcalloc((size_t)ng + 2, sizeof(int));
-  s->gmem = xmalloc(((size_t)np + 1) * sizeof(int));
-  for (int i = 0; i < np; i++) s->goff[s->grp[i] + 2]++;
-  for (int g = 0; g < ng; g++) s->goff[g + 2] += s->goff[g + 1];
-  for (int i = 0; i < np; i++) s->gmem[s->goff[s->grp[i] + 1]++] = i;
-  s->garr = xcalloc((size_t)ng + 1, sizeof(int));
-  free(up), free(id);
-}
-
-/* Every member of group g has arrived: tile m moves; members advance. */
-static void fire(const Plan *pl, Sim *s, int g) {
-  s->garr[g] = 0;
-  for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
-    int q = s->gmem[k], b = tb_of(pl, q);
-    s->done[q] = s->m[b] + 1;
-    s->arrived[b] = 0;
-    advance(pl, s, b);
-    for (int w = s->head[q]; w >= 0; w = s->next[w]) enqueue(s, w);
-    s->head[q] = -1;
-    if (!finished(pl, s, b)) enqueue(s, b);
-  }
-}
-
-/* The TB that blocked TB b waits for, or -1 when none is blocked. */
-static int waits_for(const Plan *pl, const Sim *s, int b) {
-  if (!s->arrived[b]) return s->wflag[b] >= 0 ? tb_of(pl, s->wflag[b]) : -1;
-  int g = s->grp[tb_prim(pl, s, b)];
-  for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
-    int c = tb_of(pl, s->gmem[k]);
-    if (!(s->arrived[c] && tb_prim(pl, s, c) == s->gmem[k])) return c;
-  }
-  return -1;
-}
-
-/* Describe a cycle of blocked TBs starting anywhere on it. */
-static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
-  int len = 0, b = start;
-  do len++, b = waits_for(pl, s, b);
-  while (b != start && len < pl->ntbs);
-  Buf msg;
-  buf_init(&msg);
-  b = start;
-  for (int i = 0; i < len; i++) {
-    const Prim *p = &pl->p[tb_prim(pl, s, b)];
-    char at[300];
-    plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
-    if (i == 0) buf_printf(&msg, "%s: deadlock, a cycle of %d TB%s: ", at, len, len > 1 ? "s" : "");
-    buf_printf(&msg, "%srank %d tb %d at %s", i ? "; " : "", p->rank, p->tb, prim_name(p->kind));
-    if (p->cin >= 0) buf_printf(&msg, " from rank %d", pl->conn[p->cin].src);
-    if (p->cout >= 0) buf_printf(&msg, " to rank %d", pl->conn[p->cout].dst);
-    buf_printf(&msg, " (%s, micro-batch %d) waits for ", at, s->m[b]);
-    int to = waits_for(pl, s, b);
-    const Prim *q = &pl->p[tb_prim(pl, s, to)];
-    if (!s->arrived[b]) {
-      buf_printf(&msg, "its tb %d to finish %s", pl->p[s->wflag[b]].tb, prim_name(pl->p[s->wflag[b]].kind));
-    } else {
-      /* The member of this tile's group that TB `to` has not reached yet. */
-      int g = s->grp[tb_prim(pl, s, b)], cur = tb_prim(pl, s, to), need = -1;
-      for (int k = s->goff[g]; k < s->goff[g + 1] && need < 0; k++)
-        if (tb_of(pl, s->gmem[k]) == to && s->gmem[k] != cur) need = s->gmem[k];
-      if (to == b)
-        buf_printf(&msg, "its own later %s to move the same tile", prim_name(pl->p[need].kind));
-      else if (s->grp[cur] == g)
-        buf_printf(&msg, "rank %d tb %d, at its %s but not ready", q->rank, q->tb, prim_name(q->kind));
-      else
-        buf_printf(&msg, "rank %d tb %d to reach its %s (it is at %s)", q->rank, q->tb, prim_name(pl->p[need].kind),
-                   prim_name(q->kind));
-    }
-    b = to;
-  }
-  rcStatus rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
-  buf_free(&msg);
-  return rc;
-}
-
-/* Mark the fused primitives a blocked TB stands at, or waits with. */
-static int mark_stuck(const Plan *pl, const Sim *s, char *unfuse) {
-  int n = 0;
-  for (int b = 0; b < pl->ntbs; b++) {
-    if (finished(pl, s, b)) continue;
-    int g = s->grp[tb_prim(pl, s, b)];
-    for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
-      const Prim *q = &pl->p[s->gmem[k]];
-      if (q->tin >= 0 && q->tout >= 0 && q->tin != q->tout && !unfuse[q->tin]) unfuse[q->tin] = 1, n++;
-    }
-  }
-  return n;
-}
-
-rcStatus verify_deadlock(const Plan *pl, int M, char *unfuse, int *nmarked, Err *e) {
-  int nt = pl->ntbs, np = pl->np;
-  Sim s = {.pl = pl, .M = M};
-  make_groups(pl, &s);
-  s.cur = xcalloc((size_t)nt + 1, sizeof(int));
-  s.m = xcalloc((size_t)nt + 1, sizeof(int));
-  s.arrived = xcalloc((size_t)nt + 1, 1);
-  s.wflag = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.done = xcalloc((size_t)np + 1, sizeof(int));
-  s.head = xmalloc(((size_t)np + 1) * sizeof(int));
-  s.next = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.queue = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.inq = xcalloc((size_t)nt + 1, 1);
-  memset(s.head, 0xff, ((size_t)np + 1) * sizeof(int));
-  for (int b = 0; b < nt; b++) {
-    s.wflag[b] = -1;
-    if (tb_len(pl, b) > 0) enqueue(&s, b);
-  }
-  while (s.qn > 0) {
-    int b = s.queue[--s.qn];
-    s.inq[b] = 0;
-    if (s.arrived[b] || finished(pl, &s, b)) continue;
-    int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
-    const Prim *p = &pl->p[pi];
-    for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-      if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
-    s.wflag[b] = w;
-    if (w >= 0) {
-      s.next[b] = s.head[w], s.head[w] = b;
-      continue;
-    }
-    s.arrived[b] = 1;
-    int g = s.grp[pi];
-    if (++s.garr[g] == s.goff[g + 1] - s.goff[g]) fire(pl, &s, g);
-  }
-  rcStatus rc = RC_OK;
-  for (int b = 0; b < nt && rc == RC_OK; b++) {
-    if (finished(pl, &s, b)) continue;
-    /* Walk the wait-for chain until it repeats: that TB is on a cycle. */
-    char *seen = xcalloc((size_t)nt + 1, 1);
-    int c = b;
-    while (c >= 0 && !seen[c]) seen[c] = 1, c = waits_for(pl, &s, c);
-    free(seen);
-    if (c < 0) continue; /* blocked behind a cycle found from another TB */
-    rc = report_cycle(pl, &s, c, e);
-  }
-  if (nmarked) *nmarked = rc != RC_OK && unfuse ? mark_stuck(pl, &s, unfuse) : 0;
-  free(s.grp), free(s.goff), free(s.gmem), free(s.garr), free(s.cur), free(s.m), free(s.arrived), free(s.wflag);
-  free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
-  return rc;
-}
-
-/*
-** Buffered plans (an imported file's own TBs, merged TBs) assume what MSCCL's
-** runtime guarantees: a connection's buffer holds two steps (NCCL_STEPS slots
-** of which a step takes MSCCL_CHUNKSTEPS, 8 / 4), so sends complete into it
-** without their receiver. Each TB steps while it can: its flags are set, its
-** input tile has arrived, its output FIFO has room. Executors refuse such a
-** plan when its FIFOs would hold less (exec_check_sizes).
-**
-** Why that suffices at the executors' granularity, where a tile streams
-** through in slots: the TBs and connections form a Kahn network (blocking
-** reads and writes, one reader and one writer per FIFO, flags that only
-** grow), so whether it completes does not depend on timing. One complete
-** run is enough: replay this model's steps one at a time, each primitive
-** moving its whole tile alone. A step starts with its input tile in the FIFO
-** and at most one tile in its output FIFO, so with room for two tiles it
-** never blocks.
-*/
-enum { RES_FLAG, RES_DATA, RES_SPACE }; /* what a blocked TB waits for */
-
-/* The TB a blocked TB waits for: the flag's owner, the connection's sender
-   (waiting for data) or its receiver (waiting for space). */
-static int blocker(const Plan *pl, int why, int on) {
-  if (why == RES_FLAG) return tb_of(pl, on);
-  for (int i = 0; i < pl->np; i++)
-    if (why == RES_DATA ? pl->p[i].cout == on : pl->p[i].cin == on) return tb_of(pl, i);
-  return -1;
-}
-
-/* Resources a TB blocks on: a primitive's flag (its id), a connection's data
-   (np + c), a connection's space (np + nc + c). Wake whoever waits on r. */
-static void wake_all(Sim *s, int r) {
-  for (int b = s->head[r], nx; b >= 0; b = nx) nx = s->next[b], enqueue(s, b);
-  s->head[r] = -1;
-}
-
-rcStatus verify_buffered(const Plan *pl, int M, char *cycle, Err *e) {
-  int nt = pl->ntbs, nc = pl->nconn, np = pl->np;
-  Sim s = {.pl = pl, .M = M};
-  s.cur = xcalloc((size_t)nt + 1, sizeof(int));
-  s.m = xcalloc((size_t)nt + 1, sizeof(int));
-  s.done = xcalloc((size_t)np + 1, sizeof(int));
-  s.head = xmalloc(((size_t)np + 2 * nc + 1) * sizeof(int));
-  s.next = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.queue = xmalloc(((size_t)nt + 1) * sizeof(int));
-  s.inq = xcalloc((size_t)nt + 1, 1);
-  memset(s.head, 0xff, ((size_t)np + 2 * nc + 1) * sizeof(int));
-  int *pushed = xcalloc((size_t)nc + 1, sizeof(int)), *popped = xcalloc((size_t)nc + 1, sizeof(int));
-  int *why = xmalloc(((size_t)nt + 1) * sizeof(int)), *on = xmalloc(((size_t)nt + 1) * sizeof(int));
-  for (int b = 0; b < nt; b++) enqueue(&s, b);
-  while (s.qn > 0) {
-    int b = s.queue[--s.qn], res = -1;
-    s.inq[b] = 0;
-    while (!finished(pl, &s, b)) {
-      int pi = tb_prim(pl, &s, b), m = s.m[b], w = -1;
-      const Prim *p = &pl->p[pi];
-      for (int j = p->wait_off; j < p->wait_off + p->nwaits && w < 0; j++)
-        if (s.done[pl->wait[j]] < m + 1) w = pl->wait[j];
-      if (w >= 0) why[b] = RES_FLAG, on[b] = w, res = w;
-      else if (p->cin >= 0 && pushed[p->cin] == popped[p->cin]) why[b] = RES_DATA, on[b] = p->cin, res = np + p->cin;
-      else if (p->cout >= 0 && pushed[p->cout] - popped[p->cout] >= BUFFERED_TILES)
-        why[b] = RES_SPACE, on[b] = p->cout, res = np + nc + p->cout;
-      if (res >= 0) break;
-      if (p->cin >= 0) popped[p->cin]++, wake_all(&s, np + nc + p->cin);
-      if (p->cout >= 0) pushed[p->cout]++, wake_all(&s, np + p->cout);
-      s.done[pi] = m + 1;
-      wake_all(&s, pi);
-      advance(pl, &s, b);
-    }
-    if (res >= 0) s.next[b] = s.head[res], s.head[res] = b;
-  }
-  rcStatus rc = RC_OK;
-  int b = 0;
-  while (b < nt && finished(pl, &s, b)) b++;
-  if (b < nt) {
-    /* Follow who waits for whom until a TB repeats, then describe that cycle. */
-    char *seen = xcalloc((size_t)nt + 1, 1);
-    int to = b;
-    for (;;) {
-      seen[to] = 1;
-      int nx = blocker(pl, why[to], on[to]);
-      if (nx < 0 || finished(pl, &s, nx) || seen[nx]) {
-        to = nx >= 0 && !finished(pl, &s, nx) ? nx : to;
-        break;
-      }
-      to = nx;
-    }
-    Buf msg;
-    buf_init(&msg);
-    int start = to, len = 0;
-    memset(seen, 0, (size_t)nt + 1);
-    do {
-      const Prim *p = &pl->p[tb_prim(pl, &s, to)];
-      char at[300];
-      plan_task_where(pl, p->tin >= 0 ? p->tin : p->tout, at, sizeof at);
-      if (len == 0) buf_printf(&msg, "%s: deadlock: ", at);
-      buf_printf(&msg, "%srank %d tb %d at %s (%s, micro-batch %d) waits for ", len ? "; " : "", p->rank, p->tb,
-                 prim_name(p->kind), at, s.m[to]);
-      if (why[to] == RES_FLAG) buf_printf(&msg, "its tb %d to finish %s", pl->p[on[to]].tb, prim_name(pl->p[on[to]].kind));
-      else buf_printf(&msg, "%s rank %d -> rank %d", why[to] == RES_DATA ? "data from" : "FIFO space on",
-                      pl->conn[on[to]].src, pl->conn[on[to]].dst);
-      seen[to] = 1, len++;
-      int nx = blocker(pl, why[to], on[to]);
-      if (nx < 0 || finished(pl, &s, nx) || seen[nx]) break;
-      to = nx;
-    } while (to != start);
-    rc = err_set(e, RC_EDEADLOCK, "%s", msg.s);
-    buf_free(&msg);
-    /* Each blocked TB waits for one other: mark every cycle, not only the one described
-       (seen: 1 on the walk from a, 2 walked before). */
-    memset(seen, 0, (size_t)nt + 1);
-    for (int a = 0; a < nt && cycle; a++) {
-      int c = a;
-      while (c >= 0 && !finished(pl, &s, c) && !seen[c]) seen[c] = 1, c = blocker(pl, why[c], on[c]);
-      if (c >= 0 && seen[c] == 1) {
-        int d = c;
-        do cycle[d] = 1, d = blocker(pl, why[d], on[d]);
-        while (d != c);
-      }
-      for (c = a; c >= 0 && seen[c] == 1; c = blocker(pl, why[c], on[c])) seen[c] = 2;
-    }
-    free(seen);
-  }
-  free(s.cur), free(s.m), free(s.done), free(s.head), free(s.next), free(s.queue), free(s.inq);
-  free(pushed), free(popped), free(why), free(on);
   return rc;
 }
 
 /* A plan that pulls starts a pull once the sender's kernel says its buffers
    are ready, and ends a rank's call once its peers are done with them
-   (tballoc.c's pull_in): every rank must run a kernel. */
+   (pull.c): every rank must run a kernel. */
 static rcStatus pulls_served(const Plan *pl, Err *e) {
   for (int r = 0; r < pl->prog->nranks && pl->npulls; r++)
     if (!pl->ntb[r])
@@ -823,14 +320,20 @@ static rcStatus pulls_served(const Plan *pl, Err *e) {
   return RC_OK;
 }
 
-rcStatus verify_run(Plan *pl, Err *e) {
-  RC_CHECK(postcondition(pl, e));
+static rcStatus proofs(const Plan *pl, const Facts *f, char *stuck, int *nstuck, Err *e) {
+  RC_CHECK(unshifted(pl, f, e));
+  RC_CHECK(postcondition(pl, f, e));
   RC_CHECK(conn_order(pl, e));
-  int marked;
-  if (pl->buffered) RC_CHECK(verify_buffered(pl, BUFFERED_MICRO, NULL, e));
-  else RC_CHECK(verify_deadlock(pl, 3, pl->nofuse, &marked, e));
+  if (pl->buffered) RC_CHECK(deadlock_buffered(pl, BUFFERED_MICRO, NULL, e));
+  else RC_CHECK(deadlock_check(pl, 3, stuck, nstuck, e));
   RC_CHECK(pulls_served(pl, e));
-  RC_CHECK(races(pl, e));
-  pl->verified = 1;
-  return RC_OK;
+  return races(pl, f, e);
+}
+
+rcStatus verify_run(const Plan *pl, char *stuck, int *nstuck, Err *e) {
+  if (nstuck) *nstuck = 0;
+  Facts *own = pl->facts ? NULL : facts_build(pl, NULL);
+  rcStatus rc = proofs(pl, pl->facts ? pl->facts : own, stuck, nstuck, e);
+  facts_free(own);
+  return rc;
 }

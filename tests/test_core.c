@@ -340,7 +340,7 @@ static void test_verify_shifted(void **state) {
   assert_int_equal(compile(&pl, p, t, &default_opts, &e), RC_OK);
   Task *tk = &pl.dag.t[0];
   tk->cnt = 2, tk->obuf = BUF_OUTPUT, tk->oidx = 1, tk->didx = 0;
-  assert_int_equal(verify_run(&pl, &e), RC_EVERIFY);
+  assert_int_equal(verify_run(&pl, NULL, NULL, &e), RC_EVERIFY);
   assert_non_null(strstr(e.msg, "reads chunks it writes, shifted"));
   plan_free(&pl);
   topo_free(t);
@@ -362,7 +362,7 @@ static rcStatus verify_race(Program *p, int ranks, const Options *o, int what, E
     if (pl.p[i].pull) pl.p[i].rbuf = BUF_OUTPUT, cut++;
   if (what == 3) pl.ntb[1] = 0, cut++; /* as if rank 1's primitives had all gone */
   assert_true(cut > 0);
-  rcStatus rc = verify_run(&pl, e);
+  rcStatus rc = verify_run(&pl, NULL, NULL, e);
   plan_free(&pl);
   topo_free(t);
   prog_free(p);
@@ -451,7 +451,7 @@ static void test_verify_deadlock(void **state) {
   Options o = default_opts;
   o.stop_after = ST_TB;
   assert_int_equal(compile(&pl, p, t, &o, &e), RC_OK);
-  assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_OK);
+  assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_OK);
   /* Swap two primitives of one TB: a receive now precedes the send it feeds. */
   int swapped = 0;
   for (int g = 0; g < pl.ntbs && !swapped; g++) {
@@ -463,7 +463,7 @@ static void test_verify_deadlock(void **state) {
     }
   }
   assert_true(swapped);
-  assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
+  assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
   assert_non_null(strstr(e.msg, "deadlock, a cycle of"));
   plan_free(&pl);
   topo_free(t);
@@ -498,8 +498,8 @@ static void test_tb_merge(void **state) {
           assert_true(snd <= 1 && rcv <= 1);
         }
       }
-      for (int m = 1; m <= 32; m *= 2) assert_int_equal(verify_buffered(&pl, m, NULL, &e), RC_OK);
-      assert_int_equal(verify_deadlock(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
+      for (int m = 1; m <= 32; m *= 2) assert_int_equal(deadlock_buffered(&pl, m, NULL, &e), RC_OK);
+      assert_int_equal(deadlock_check(&pl, 3, NULL, NULL, &e), RC_EDEADLOCK);
       plan_free(&pl);
       topo_free(t);
       prog_free(p);
@@ -513,7 +513,7 @@ static void exec_ok(Plan *pl, int direct) {
   ExecOpts x = {.dtype = DT_F32, .op = RED_SUM, .count = 1001, .nmicro = 3, .nslots = 2, .slot_bytes = 64,
                 .timeout_ms = 5000, .direct = direct};
   ExecResult r;
-  assert_int_equal(exec_host(pl, &x, &r, &e), RC_OK);
+  assert_int_equal(exec_host(pl, NULL, &x, &r, &e), RC_OK);
   assert_int_equal(r.nwrong, 0);
 }
 
@@ -801,12 +801,12 @@ static void test_exec_merged(void **state) {
     /* 4-byte slots: a tile streams through element by element */
     ExecOpts x = {.dtype = DT_F32, .count = 1031, .nmicro = nmicro, .slot_bytes = 4, .timeout_ms = 5000, .direct = 1};
     ExecResult r;
-    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+    assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_OK);
     assert_int_equal(r.nwrong, 0);
     ExecOpts need = x;
     assert_int_equal(exec_check_sizes(&pl, &need, &e), RC_OK);
     x.nslots = need.nslots - 1;
-    assert_int_equal(exec_host(&pl, &x, &r, &e), RC_ESIZE);
+    assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_ESIZE);
     assert_non_null(strstr(e.msg, "merged TBs need FIFOs of two tiles"));
   }
   plan_free(&pl);
@@ -829,7 +829,7 @@ static void test_exec_host(void **state) {
         ExecOpts x = {.dtype = (Dtype)dt, .op = (RedOp)op, .count = 103, .nmicro = 3, .nslots = 2,
                       .slot_bytes = 32, .timeout_ms = 5000, .direct = 1};
         ExecResult r;
-        assert_int_equal(exec_host(&pl, &x, &r, &e), RC_OK);
+        assert_int_equal(exec_host(&pl, NULL, &x, &r, &e), RC_OK);
         assert_int_equal(r.nwrong, 0);
         assert_true(r.max_err == 0);
       }
