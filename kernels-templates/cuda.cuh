@@ -22,7 +22,7 @@
 ** so they are independent copies of the verified plan: slice s of two
 ** ranges is the same elements only where the ranges are the same, so
 ** primitives that meet others through different ranges move chunk by chunk
-** (verify.c's Plan.split; a chunk's slices are the same in any call). A TB's blocks take
+** (analyse.c's Plan.split; a chunk's slices are the same in any call). A TB's blocks take
 ** its units, (entry, micro-batch, slice), in that order from a shared
 ** counter, each after the slice's previous unit is done: blocks that move
 ** faster take more, instead of all waiting for the slowest (on 2xH200 one
@@ -483,7 +483,7 @@ __device__ static __noinline__ void rx_wait(RxCtx *x, int f, int m) {
 }
 
 /* Wait until the copy engine has put micro-batch m of the copy with flag f
-   (tballoc.c's offload): its stream posts m + 1 after each. */
+   (offload.c): its stream posts m + 1 after each. */
 __device__ static __noinline__ void rx_ce_wait(RxCtx *x, int f, int m) {
   unsigned spins = 0;
   unsigned long long t0 = x->run->trace ? rx_clock_ns() : 0;
@@ -712,7 +712,7 @@ __device__ static __noinline__ void rx_local(RxCtx *x, int rbuf, int ridx, int u
   __syncthreads();
 }
 
-/* A pull (tballoc.c's pull_in): once rank `peer`'s kernel runs the call,
+/* A pull (pull.c): once rank `peer`'s kernel runs the call,
    copy what its (rbuf, ridx) holds to (wbuf, widx), or reduce it with
    (ubuf, uidx) when ubuf >= 0: over the link, in one pass. With to >= 0
    (put_on), store the result at rank to's (dbuf, didx) too, once its kernel

@@ -1,5 +1,5 @@
 /*
-** cuda_abi.h — what the GPU runtime (src/runtime/runtime.c, plain C) and the
+** cuda_abi.h — what the GPU runtime (src/runtime/, plain C) and the
 ** emitted kernels (cuda.cuh) share: the layout of a loaded plan on one GPU
 ** and of one call's kernel argument. The emitter puts this file before
 ** cuda.cuh, so a program stays one self-contained source for NVRTC (the
@@ -103,7 +103,7 @@ typedef struct RxArgs {
   int chunks, vec, kslab;
 } RxArgs;
 
-/* The barrier around a call's copy-engine copies (runtime.c's ce_copies):
+/* The barrier around a call's copy-engine copies (src/runtime/copyengine.c):
    every GPU of the call runs rx_ce_sync before its copies and after them.
    Each GPU counts the barriers it reached in a word of its own memory and
    passes when every other GPU's word has come as far: counted on the GPU,

@@ -297,7 +297,7 @@ static inline int rx_local(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int
 }
 
 /* A pulled reduction that also puts its result at rank to's (dbuf, didx)
-   (tballoc.c's put_on); nothing there waits for it but the run's end. */
+   (pull.c's put_on); nothing there waits for it but the run's end. */
 static inline int rx_pull_put(RxCtx *x, int from, int rbuf, int ridx, int ubuf, int uidx, int wbuf, int widx, int to,
                               int dbuf, int didx, int cnt, int done, int m) {
   size_t dlo, flo, n;

@@ -14,13 +14,15 @@
 
 #include "core.h"
 
-/* TIME runs pass st, adding its time to Plan.stage_ms; RUN does the same
+/* TIME runs pass st, adding its time to Plan.stage_ms and marking it in
+   Plan.ran; RUN does the same
    for a pass that can fail, whose failure ends compilation. */
 #define TIME(st, call)                  \
   do {                                  \
     double t0_ = now_ms();              \
     call;                               \
     pl->stage_ms[st] += now_ms() - t0_; \
+    pl->ran |= 1u << (st);              \
   } while (0)
 #define RUN(st, call)                   \
   do {                                  \

@@ -389,6 +389,7 @@ typedef struct {
   int reached;           /* the last stage whose result the plan holds, + 1 (ST_DAG + 1 after the DAG, ...), as
                             reports name it: the passes between tb and verify leave it after tb (compile.c) */
   double stage_ms[NSTAGE];
+  unsigned ran;          /* bit s: stage s ran (timed in stage_ms[s]); skipped optional passes have none */
 } Plan;
 
 /* Run the passes (compile.c). */

@@ -92,7 +92,7 @@ static int l_plan_report(lua_State *L) {
   lua_createtable(L, 0, NSTAGE); /* stage times */
   double total = 0;
   for (int s = 0; s < NSTAGE; s++)
-    if (s < pl->reached || pl->stage_ms[s] > 0) l_setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
+    if (pl->ran & 1u << s) l_setnum(L, stage_name(s), pl->stage_ms[s]), total += pl->stage_ms[s];
   lua_setfield(L, -2, "stage_ms");
   l_setnum(L, "compile_ms", total);
   return 1;
@@ -123,13 +123,13 @@ static int l_plan_emit(lua_State *L) {
   if (lua_isnoneornil(L, 3)) {
     double t0 = now_ms();
     rc = emit_program(pl, tg, &b, &e);
-    pl->stage_ms[ST_EMIT] = now_ms() - t0;
+    pl->stage_ms[ST_EMIT] = now_ms() - t0, pl->ran |= 1u << ST_EMIT;
   } else {
     lua_Integer r = luaL_checkinteger(L, 3);
     if (!pl->verified || r < 0 || r >= pl->prog->nranks) return luaL_argerror(L, 3, "no such rank in a verified plan");
     double t0 = now_ms();
     emit_rank(pl, (int)r, tg, &b);
-    pl->stage_ms[ST_EMIT] += now_ms() - t0; /* summed over the ranks emitted */
+    pl->stage_ms[ST_EMIT] += now_ms() - t0, pl->ran |= 1u << ST_EMIT; /* summed over the ranks emitted */
   }
   if (rc != RC_OK) {
     buf_free(&b);

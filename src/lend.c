@@ -8,7 +8,8 @@
 ** source: then when it runs does not matter. A copy-send's copy may go too; its send then reads the
 ** same source. Out of place on two ranks this takes all-gather's copy of the
 ** own chunk off the pushing TBs (a block that also copies locally pushes
-** half as fast: tools/probe-push.cu, BENCHMARKS.md), and all-to-all's own
+** half as fast: tools/probes/probe-push.cu,
+** docs/journal/gpu-2026-11-30.md), and all-to-all's own
 ** block off a TB of its own. (Where the runtime cannot put, the host TB's
 ** receives drain FIFOs after the copy: slower, never stuck.)
 */

@@ -217,7 +217,7 @@ static double pace(const Plan *pl, int t) {
 **  - u leaves over a slower link than t arrives on (or is copied at), and
 **    another send of what t wrote has later work on its connection: that
 **    send would move at the slow link's pace, and the work behind it wait.
-** Measured on the shipped algorithms (BENCHMARKS.md, "Fusion"), a plan
+** Measured on the shipped algorithms (docs/journal/simulator.md, "Fusion"), a plan
 ** fused this way is never much slower than the faster of fusing
 ** everything and fusing nothing.
 */

@@ -18,7 +18,7 @@
 ** stays state-based.
 **
 ** What two TBs did side by side one TB now does in turn, so a merged plan is
-** slower wherever a TB's rate limits it (BENCHMARKS.md): a policy to ask for,
+** slower wherever a TB's rate limits it (docs/journal/import.md): a policy to ask for,
 ** when TBs are scarcer than time, not the default.
 */
 #include <stdlib.h>

@@ -10,9 +10,9 @@
 ** still order it on its rank. A kernel starts a pull once the sender's
 ** kernel runs the call, and a kernel ends only when every block that pulls
 ** from it is done (cuda.cuh). On 2xH200 a probe's one-shot all-reduce whose
-** 16 blocks pull moved 98-307 GB/s from 1 to 32 MiB (tools/probe-pull.cu),
+** 16 blocks pull moved 98-307 GB/s from 1 to 32 MiB (tools/probes/probe-pull.cu),
 ** and in the runtime 3-11% more than 32 pushing blocks from 2 to 8 MiB
-** (BENCHMARKS.md).
+** (docs/journal/gpu-2026-12-01.md, "Pulls").
 **
 ** The source holds the input while it is read when no other primitive of
 ** its rank writes it, or when every one that does receives what the puller's

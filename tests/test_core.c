@@ -580,7 +580,7 @@ static void check_waits(const Plan *pl) {
   assert_int_equal(off, pl->nwait);
 }
 
-/* Pulls on a two-rank ring all-reduce: pull_in drops the waits for the
+/* Pulls on a two-rank ring all-reduce: pull_run drops the waits for the
    sends that go, and put_on then drops more primitives (the sends that the
    reductions put themselves), in place too. */
 static void test_tb_pull(void **state) {
@@ -605,7 +605,7 @@ static void test_tb_pull(void **state) {
 }
 
 /* Copy-engine copies of several chunks: the verifier's events past the
-   primitives are the copies, which are not sliced (verify.c's sliced_alike). */
+   primitives are the copies, which are not sliced (analyse.c's sliced_alike). */
 static void test_ce_verify(void **state) {
   (void)state;
   Err e;

@@ -660,7 +660,7 @@ int main(int argc, char **argv) {
   }
   /* A ring all-reduce compiled with --pull: on two ranks each reduces its
      half reading the peer's input and stores the sum on both ranks, in
-     place too (tballoc.c's put_on); replayed in graphs too. */
+     place too (pull.c's put_on); replayed in graphs too. */
   if (plan_runs(argv[2], "allreduce", "-ring-pull") == resccl_success) graph_replay("allreduce", 1 << 20, 0);
   /* A plan file holds a placement's copy-engine form after its TB form;
      calls from RESCCL_CE_FROM bytes run it (on two ranks an all-gather's
