@@ -24,7 +24,6 @@
 ** with it.
 */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 
