@@ -15,7 +15,6 @@
 **    note the primitives that move chunk by chunk (Plan.split).
 */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 

@@ -52,7 +52,7 @@ static int l_program_new(lua_State *L) {
   Program **box = newprogram(L); /* stack: def, name, coll, file, prog */
   *box = prog_new(name, (Coll)c, ranks, gpn, chunks);
   /* Later stages keep state per rank and chunk of every buffer (elide.c,
-     dag.c, verify.c): all ranks' input and output chunks together stay under
+     dag.c, analyse.c): all ranks' input and output chunks together stay under
      MAX_CHUNKS, as their scratch does (prog_add). At 1024 ranks that admits
      every shipped algorithm (all-reduce's 1024 chunks a block: 2^21) and an
      all-to-all of 8 chunks a block. */

@@ -14,7 +14,6 @@
 ** receives drain FIFOs after the copy: slower, never stuck.)
 */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 

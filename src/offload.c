@@ -25,7 +25,6 @@
 ** for a copy that waits for the kernel.
 */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 

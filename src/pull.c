@@ -24,7 +24,6 @@
 ** with it.
 */
 #include <stdlib.h>
-#include <string.h>
 
 #include "core.h"
 
@@ -46,7 +45,7 @@ static int pullable(const Plan *pl, const Prim *p, const Prim *q) {
 
 /*
 ** Then a pulled reduction whose result one send forwards, that waits for it
-** alone, to a plain receive (plain_recv) puts it there itself as it stores
+** alone, to a plain receive (prim_plain_recv) puts it there itself as it stores
 ** it, and the send and the receive go: nothing waits for the receive, so
 ** the call's end (which every rank waits for when a plan pulls) is where
 ** the put lands. A two-rank ring all-reduce then reads half of the peer's
@@ -132,7 +131,7 @@ void pull_run(Plan *pl) {
     pl->npulls++;
   }
   /* Writers that waited for a send that went wait for it no more (their
-     lists shrink where they lie; drop_prims packs them). */
+     lists shrink where they lie; tb_drop_prims packs them). */
   for (int i = 0; i < pl->np && pl->npulls; i++) {
     Prim *w = &pl->p[i];
     int k = 0;

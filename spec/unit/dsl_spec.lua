@@ -1,4 +1,4 @@
--- lua/resccl/init.lua: registration, the builder's two styles, loading.
+-- lua/resccl/dsl.lua: registration, the builder's two styles, loading.
 local resccl = require "resccl"
 local h = require "helper"
 

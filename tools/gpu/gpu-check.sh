@@ -103,7 +103,7 @@ if [ "${CHECKS:-1}" = 1 ]; then
   check allreduce_ring.r2.pull.virtual algorithms/allreduce_ring.lua ranks=2 ndev=1 count=4099 nmicro=3 dtype=i8 op=max --pull
   check allreduce_rd.r8.pull.virtual algorithms/allreduce_rd.lua ranks=8 ndev=1 count=4099 nmicro=3 dtype=f64 op=prod --pull
   # Ranges that meet differently (a put of two chunks copied out one at a time): they move chunk
-  # by chunk, as the GPU slices a range (verify.c); FIFOs of merged TBs hold that too.
+  # by chunk, as the GPU slices a range (analyse.c); FIFOs of merged TBs hold that too.
   check ranges_ag.virtual spec/fixtures/ranges_ag.lua ndev=1 count=1048576 nmicro=4 iters=5
   check ranges_ag.merge.virtual spec/fixtures/ranges_ag.lua ndev=1 count=1048576 nmicro=4 iters=5 --tb merge
   # Every dtype with every op on virtual ranks, at an odd count (vector tails);

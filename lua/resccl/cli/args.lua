@@ -51,8 +51,9 @@ options (each command refuses those it does not use):
                          sizes
   --json                 print one machine-readable report (not bench)
   --dump dag|sched|lower|tb   print that stage (compile)
-  --stop-after STAGE     stop after dag|sched|lower|tb|verify (compile; not
-                         with --plan or --emit)
+  --stop-after STAGE     stop after a pass: dag|sched|lower|tb|merge|lend|
+                         offload|pull|analyse|verify (compile; not with
+                         --plan or --emit)
   --inplace              compile for in-place buffers (compile, export, sim)
   --fuse auto|always|never   fuse a receive (or local copy) with the send it
                          feeds: always, never, or auto (default): where the
