@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtypes.h"
+
 /* ---------------------------------------------------------------- util.c */
 
 typedef enum {
@@ -518,7 +520,8 @@ void facts_orders(const Facts *f, void (*fn)(void *ctx, int a, int b), void *ctx
 /* The proofs, from Plan.facts (or facts of its own where the plan has none:
    one changed since it was compiled). On a deadlock, marks in `stuck` (per
    task, may be NULL) the arrivals of fused primitives it found stuck, and
-   sets *nstuck (may be NULL) to how many it newly marked. */
+   sets *nstuck (may be NULL) to how many it newly marked. It neither sets
+   Plan.verified nor recomputes Plan.complete or Plan.split: compile() does. */
 rcStatus verify_run(const Plan *pl, char *stuck, int *nstuck, Err *e);
 
 /* ------------------------------------------------------------ deadlock.c */
@@ -643,7 +646,9 @@ double coll_busbw_factor(Coll c, int nranks);
 /* ----------------------------------------------------------- exec_host.c */
 
 /* Datatypes and reduction operators, numbered as NCCL's ncclDataType_t and ncclRedOp_t. */
-typedef enum { DT_I8, DT_U8, DT_I32, DT_U32, DT_I64, DT_U64, DT_F16, DT_F32, DT_F64, DT_BF16, NDTYPE } Dtype;
+#define RX_DT_ENUM(e, name, size) DT_##e,
+typedef enum { RX_DTYPES(RX_DT_ENUM) NDTYPE } Dtype;
+#undef RX_DT_ENUM
 typedef enum { RED_SUM, RED_PROD, RED_MAX, RED_MIN, RED_AVG, NREDOP } RedOp;
 
 /*

@@ -12,15 +12,19 @@
 
 #include "core.h"
 
-/* Each dtype's names: the short one first, then the spellings NCCL users know. */
+/* Each dtype's names: the short one (dtypes.h) first, then the spellings NCCL users know. */
+#define SHORT(e, name, size) [DT_##e][0] = name,
 static const char *const dtype_names[NDTYPE][4] = {
-  [DT_I8] = {"i8", "int8", "char"},      [DT_U8] = {"u8", "uint8"},
-  [DT_I32] = {"i32", "int32", "int"},    [DT_U32] = {"u32", "uint32"},
-  [DT_I64] = {"i64", "int64"},           [DT_U64] = {"u64", "uint64"},
-  [DT_F16] = {"f16", "half", "float16"}, [DT_F32] = {"f32", "float", "float32"},
-  [DT_F64] = {"f64", "double", "float64"}, [DT_BF16] = {"bf16", "bfloat16"},
+  RX_DTYPES(SHORT)
+  [DT_I8][1] = "int8", [DT_I8][2] = "char", [DT_U8][1] = "uint8", [DT_I32][1] = "int32", [DT_I32][2] = "int",
+  [DT_U32][1] = "uint32", [DT_I64][1] = "int64", [DT_U64][1] = "uint64", [DT_F16][1] = "half",
+  [DT_F16][2] = "float16", [DT_F32][1] = "float", [DT_F32][2] = "float32", [DT_F64][1] = "double",
+  [DT_F64][2] = "float64", [DT_BF16][1] = "bfloat16",
 };
-const size_t dtype_size[NDTYPE] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+#undef SHORT
+#define SIZE(e, name, size) size,
+const size_t dtype_size[NDTYPE] = {RX_DTYPES(SIZE)};
+#undef SIZE
 static const char *const redop_names[NREDOP] = {"sum", "prod", "max", "min", "avg"};
 
 const char *dtype_name(int d) { return (unsigned)d < NDTYPE ? dtype_names[d][0] : "?"; }

@@ -44,26 +44,26 @@ typedef struct {
   int *head, *next;       /* per prim: TBs waiting for its flag */
   int *queue, qn;
   char *inq;
-} Sim;
+} Walk;
 
 static int tb_of(const Plan *pl, int prim) { return pl->tb_base[pl->p[prim].rank] + pl->p[prim].tb; }
 
 static int tb_len(const Plan *pl, int b) { return pl->tb_off[b + 1] - pl->tb_off[b]; }
 
-static int tb_prim(const Plan *pl, const Sim *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
+static int tb_prim(const Plan *pl, const Walk *s, int b) { return pl->tb_prims[pl->tb_off[b] + s->cur[b]]; }
 
 /* Has TB b run its whole program? */
-static int finished(const Plan *pl, const Sim *s, int b) { return s->cur[b] >= tb_len(pl, b); }
+static int finished(const Plan *pl, const Walk *s, int b) { return s->cur[b] >= tb_len(pl, b); }
 
 /* Step TB b past its current (primitive, micro-batch). */
-static void advance(const Plan *pl, Sim *s, int b) { deadlock_step(pl, b, pl->opt.order, &s->cur[b], &s->m[b], s->M); }
+static void advance(const Plan *pl, Walk *s, int b) { deadlock_step(pl, b, pl->opt.order, &s->cur[b], &s->m[b], s->M); }
 
-static void enqueue(Sim *s, int tb) {
+static void enqueue(Walk *s, int tb) {
   if (!s->inq[tb]) s->inq[tb] = 1, s->queue[s->qn++] = tb;
 }
 
 /* Groups: primitives joined by carrying the same task. */
-static void make_groups(const Plan *pl, Sim *s) {
+static void make_groups(const Plan *pl, Walk *s) {
   int np = pl->np, ng = 0;
   int *up = xmalloc(((size_t)np + 1) * sizeof *up), *id = xmalloc(((size_t)np + 1) * sizeof *id);
   for (int i = 0; i < np; i++) up[i] = i, id[i] = -1;
@@ -85,7 +85,7 @@ static void make_groups(const Plan *pl, Sim *s) {
 }
 
 /* Every member of group g has arrived: tile m moves; members advance. */
-static void fire(const Plan *pl, Sim *s, int g) {
+static void fire(const Plan *pl, Walk *s, int g) {
   s->garr[g] = 0;
   for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
     int q = s->gmem[k], b = tb_of(pl, q);
@@ -99,7 +99,7 @@ static void fire(const Plan *pl, Sim *s, int g) {
 }
 
 /* The TB that blocked TB b waits for, or -1 when none is blocked. */
-static int waits_for(const Plan *pl, const Sim *s, int b) {
+static int waits_for(const Plan *pl, const Walk *s, int b) {
   if (!s->arrived[b]) return s->wflag[b] >= 0 ? tb_of(pl, s->wflag[b]) : -1;
   int g = s->grp[tb_prim(pl, s, b)];
   for (int k = s->goff[g]; k < s->goff[g + 1]; k++) {
@@ -110,7 +110,7 @@ static int waits_for(const Plan *pl, const Sim *s, int b) {
 }
 
 /* Describe a cycle of blocked TBs starting anywhere on it. */
-static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
+static rcStatus report_cycle(const Plan *pl, const Walk *s, int start, Err *e) {
   int len = 0, b = start;
   do len++, b = waits_for(pl, s, b);
   while (b != start && len < pl->ntbs);
@@ -151,7 +151,7 @@ static rcStatus report_cycle(const Plan *pl, const Sim *s, int start, Err *e) {
 }
 
 /* Mark the fused primitives a blocked TB stands at, or waits with. */
-static int mark_stuck(const Plan *pl, const Sim *s, char *unfuse) {
+static int mark_stuck(const Plan *pl, const Walk *s, char *unfuse) {
   int n = 0;
   for (int b = 0; b < pl->ntbs; b++) {
     if (finished(pl, s, b)) continue;
@@ -166,7 +166,7 @@ static int mark_stuck(const Plan *pl, const Sim *s, char *unfuse) {
 
 rcStatus deadlock_check(const Plan *pl, int M, char *unfuse, int *nmarked, Err *e) {
   int nt = pl->ntbs, np = pl->np;
-  Sim s = {.pl = pl, .M = M};
+  Walk s = {.pl = pl, .M = M};
   make_groups(pl, &s);
   s.cur = xcalloc((size_t)nt + 1, sizeof(int));
   s.m = xcalloc((size_t)nt + 1, sizeof(int));
@@ -246,14 +246,14 @@ static int blocker(const Plan *pl, int why, int on) {
 
 /* Resources a TB blocks on: a primitive's flag (its id), a connection's data
    (np + c), a connection's space (np + nc + c). Wake whoever waits on r. */
-static void wake_all(Sim *s, int r) {
+static void wake_all(Walk *s, int r) {
   for (int b = s->head[r], nx; b >= 0; b = nx) nx = s->next[b], enqueue(s, b);
   s->head[r] = -1;
 }
 
 rcStatus deadlock_buffered(const Plan *pl, int M, char *cycle, Err *e) {
   int nt = pl->ntbs, nc = pl->nconn, np = pl->np;
-  Sim s = {.pl = pl, .M = M};
+  Walk s = {.pl = pl, .M = M};
   s.cur = xcalloc((size_t)nt + 1, sizeof(int));
   s.m = xcalloc((size_t)nt + 1, sizeof(int));
   s.done = xcalloc((size_t)np + 1, sizeof(int));

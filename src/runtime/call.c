@@ -69,7 +69,7 @@ resccl_result_t resccl_call_blocks(resccl_comm_t comm, const char *coll, size_t 
    reduce-scatter's output, is the rank's share of the other buffer. */
 static int in_place(const char *coll, const void *send, const void *recv, size_t count, resccl_datatype_t dt,
                     resccl_comm_t comm) {
-  size_t share = comm ? (size_t)comm->rank * count * ((unsigned)dt < resccl_num_types ? dtype_size[dt] : 1) : 0;
+  size_t share = comm ? (size_t)comm->rank * count * ((unsigned)dt < resccl_num_types ? rt_dtype_size[dt] : 1) : 0;
   if (!strcmp(coll, "allgather")) return comm && (const char *)send == (const char *)recv + share;
   if (!strcmp(coll, "reducescatter")) return comm && (const char *)recv == (const char *)send + share;
   return send == recv;
@@ -92,14 +92,14 @@ static resccl_result_t check_call(const char *coll, resccl_datatype_t dt, resccl
    rank for the same arguments. */
 static resccl_result_t resolve(const char *coll, size_t count, resccl_datatype_t dt, resccl_comm_t comm, int inplace,
                                RtPlan **plan, Variant **form) {
-  size_t per = dtype_size[dt] * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1);
+  size_t per = rt_dtype_size[dt] * (strcmp(coll, "allreduce") ? (size_t)comm->g->n : 1);
   if (count > SIZE_MAX / per) return rt_fail(resccl_invalid_argument, "%s: count %zu is too large", coll, count);
   size_t bytes = count * per; /* nccl-tests' size */
   RtPlan *p = plan_for(comm->g, coll, bytes);
   if (!p) return rt_fail(resccl_invalid_usage, "%s: no plan loaded for %zu bytes (resccl_plan_load)", coll, bytes);
   if (p->conf.dtypes && !(p->conf.dtypes >> dt & 1) && (!strcmp(coll, "allreduce") || !strcmp(coll, "reducescatter")))
     return rt_fail(resccl_invalid_usage, "%s: plan %s was loaded without the %s kernels (RESCCL_DTYPES)", coll, p->name,
-                   dtype_name[dt]);
+                   rt_dtype_name[dt]);
   Variant *v = form_for(p, inplace, bytes);
   if (!v) return rt_fail(resccl_invalid_usage, "%s: plan %s has no %s form", coll, p->name, inplace ? "in-place" : "out-of-place");
   *plan = p, *form = v;
@@ -124,7 +124,7 @@ static resccl_result_t enqueue_call(const char *coll, const void *send, void *re
                                resccl_red_op_t op, resccl_comm_t comm, resccl_stream_t stream, int inplace) {
   resccl_result_t rc = check_call(coll, dt, op, comm);
   if (rc != resccl_success || count == 0) return rc;
-  size_t es = dtype_size[dt];
+  size_t es = rt_dtype_size[dt];
   if (!send || !recv) return rt_fail(resccl_invalid_argument, "%s: null buffer", coll);
   if ((uintptr_t)send % es || (uintptr_t)recv % es)
     return rt_fail(resccl_invalid_argument, "%s: buffer not aligned to its %zu-byte elements", coll, es);

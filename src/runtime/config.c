@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "../dtypes.h"
 #include "../setting.h"
 #include "../../kernels-templates/tile.h"
 
@@ -45,8 +46,12 @@ static resccl_result_t env_get(int v, double *x) {
 }
 
 /* Element sizes and names (resccl's CLI's); the kernel's dtype and op codes are the API's (cuda_abi.h). */
-const size_t dtype_size[resccl_num_types] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-const char *const dtype_name[resccl_num_types] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+#define SIZE(e, name, size) size,
+#define NAME(e, name, size) name,
+const size_t rt_dtype_size[resccl_num_types] = {RX_DTYPES(SIZE)};
+const char *const rt_dtype_name[resccl_num_types] = {RX_DTYPES(NAME)};
+#undef SIZE
+#undef NAME
 
 /* RESCCL_DTYPES: dtype names separated by commas, as a bit per dtype; 0
    where it names one that is not. */
@@ -55,7 +60,7 @@ static unsigned env_dtypes(const char *v) {
   for (const char *p = v; *p;) {
     size_t n = strcspn(p, ",");
     int d = 0;
-    while (d < resccl_num_types && !(strlen(dtype_name[d]) == n && !strncmp(p, dtype_name[d], n))) d++;
+    while (d < resccl_num_types && !(strlen(rt_dtype_name[d]) == n && !strncmp(p, rt_dtype_name[d], n))) d++;
     if (d == resccl_num_types) return 0;
     m |= 1u << d, p += n + (p[n] == ',');
   }

@@ -82,7 +82,7 @@ typedef struct {
 /* The sections of a plan file's n bytes of text, each checked against its
    kernel; 0 with the first fault in err ("path:line: field: what"). */
 int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
-/* Read and parse the file at `path` (rt_fail's codes; plan.c). */
+/* Read and parse the file at `path` (rt_fail's codes; plan.c, so libresccl's alone, not the tools'). */
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout);
 void pf_free(PfSection *s);
 void pf_free_all(PfSection *s, int n);
@@ -114,9 +114,9 @@ int rt_debug_level(void);
 #pragma GCC visibility push(hidden)
 /* 1: rt_fail records the message but does not print it (error.c). */
 void rt_quiet(int on);
-/* Element sizes and names (resccl's CLI's), per resccl_datatype_t (config.c). */
-extern const size_t dtype_size[resccl_num_types];
-extern const char *const dtype_name[resccl_num_types];
+/* Element sizes and short names per resccl_datatype_t, as the compiler has them (dtypes.h; config.c). */
+extern const size_t rt_dtype_size[resccl_num_types];
+extern const char *const rt_dtype_name[resccl_num_types];
 /* Every setting of c in its variable's range (config.c; rt_conf_env's are already). */
 resccl_result_t conf_check(const RtConf *c);
 #pragma GCC visibility pop

@@ -16,7 +16,7 @@ function M.sim(o)
     nmicro = o.args.nmicro,
     trace = (o.trace or (o.svg and not o.sweep)) and true or nil }
   local variants = { "ours", o.baseline }
-  for _, v in ipairs(variants) do -- the largest size, before any run
+  for _, v in ipairs(variants) do -- the largest size (sizes ascend), before any run
     local ok, err = sim.check_size(v, so, sizes[#sizes])
     if not ok then error(err, 0) end
   end
