@@ -59,9 +59,11 @@ void l_plan_open(lua_State *L);
 
 /* l_init.c: the module. */
 int luaopen_resccl_core(lua_State *L);
-/* A Lua state whose memory core.memory_cap can cap, and its closing. */
+/* l_state.c: a Lua state whose memory core.memory_cap can cap, and its
+   closing; core.memory_cap and core.alarm, added to the module on top. */
 lua_State *l_newstate(void);
 void l_close(lua_State *L);
+void l_state_open(lua_State *L);
 /* Put dir/?.lua and dir/?/init.lua first on package.path and preload resccl.core. */
 void l_setup(lua_State *L, const char *dir);
 
