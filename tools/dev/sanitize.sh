@@ -18,7 +18,7 @@ if [ "${1:-}" = --quick ]; then
   # An empty CMAKE_CUDA_COMPILER skips check_language(CUDA), which runs nvcc.
   cmake -S "$root" -B "$dir" -DRESCCL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
     -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_CUDA_COMPILER= "$@" >/dev/null
-  exec cmake --build "$dir" -j "$jobs" --target resccl_lua test_core test_sim test_group test_setting test_planfile
+  exec cmake --build "$dir" -j "$jobs" --target resccl_lua test_core test_sim test_group test_setting test_planfile test_bootstrap
 fi
 dir=build-asan
 if [ $# -gt 0 ] && [ "$1" != -- ]; then dir=$1; shift; fi
