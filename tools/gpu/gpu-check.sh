@@ -5,7 +5,8 @@
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probes/probe-push.cu), what reading the peer's input gives (tools/probes/probe-pull.cu),
 # what a block reduces (tools/probes/probe-reduce.cu), what adding at the destination
-# gives (tools/probes/probe-red.cu) and the benchmarks (on two GPUs or more, NCCL
+# gives (tools/probes/probe-red.cu), processes reading each other through CUDA IPC
+# (tools/probes/probe-ipc.cu) and the benchmarks (on two GPUs or more, NCCL
 # beside them, and the copy engine against the blocks below 64 MiB; on one
 # GPU, a call's fixed cost, on virtual ranks in graphs).
 #   tools/gpu/gpu-check.sh [OUTDIR]      CHECKS=0 / BENCH=0 skip a part; BMIN, BMAX sizes;
@@ -138,6 +139,13 @@ if [ "${CHECKS:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   if compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run algorithms/allreduce_allpairs.lua ranks=2 ndev=1 \
     count=4099 nmicro=3 iters=0 --pull --gpu >"$out/sanitizer-pull.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
   printf '%-44s %s  %s\n' "compute-sanitizer memcheck, pulls" "$r" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-pull.txt" | tail -1)"
+fi
+# Processes sharing the GPUs read each other's buffers through CUDA IPC, their handles
+# traded by resccl's rendezvous over loopback (tools/probes/probe-ipc.cu): what the
+# multi-process communicators stand on.
+if [ "${CHECKS:-1}" = 1 ] && [ -x build-gpu/probe-ipc ]; then
+  if RESCCL_SOCKET_IFNAME=lo build-gpu/probe-ipc 4 256 >"$out/probe-ipc.txt" 2>&1; then r=PASS; else r=FAIL fail=1; fi
+  printf '%-44s %s  %s\n' "CUDA IPC, 4 processes (probe-ipc)" "$r" "$(grep -E '^rank 0' "$out/probe-ipc.txt" | cut -c1-100)"
 fi
 echo "gpu-check: $([ $fail = 0 ] && echo all passed || echo FAILURES), logs in $out"
 took checks
