@@ -1,7 +1,8 @@
 /*
 ** dtypes.h — the element types, in resccl_datatype_t's order
 ** (include/resccl.h): each one's enum tag, short name and size, for the
-** compiler (core.h's Dtype, data.c) and libresccl (runtime/config.c) alike.
+** compiler (core.h's Dtype, data.c), libresccl (runtime/config.c) and
+** resccl-bench alike.
 */
 #ifndef RESCCL_DTYPES_H
 #define RESCCL_DTYPES_H

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "resccl.h"
+#include "../dtypes.h"
 #include "../setting.h"
 
 #define SKIPPED 77
@@ -64,13 +65,15 @@ static std::string resccl_message(resccl_result_t rc) {
 enum Coll { ALLREDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL, NCOLL };
 static const char *const coll_names[NCOLL] = {"allreduce", "allgather", "reducescatter", "alltoall"};
 
-/* Indexed by resccl_datatype_t: nccl-tests' name, resccl's short name, bytes. */
-static const struct {
-  const char *name, *alias;
-  int size;
-} dtypes[resccl_num_types] = {{"int8", "i8", 1},   {"uint8", "u8", 1},    {"int32", "i32", 4}, {"uint32", "u32", 4},
-                              {"int64", "i64", 8}, {"uint64", "u64", 8},  {"half", "f16", 2},  {"float", "f32", 4},
-                              {"double", "f64", 8}, {"bfloat16", "bf16", 2}};
+/* Indexed by resccl_datatype_t: nccl-tests' names; resccl's short names and sizes are dtypes.h's. */
+static const char *const dtype_names[resccl_num_types] = {"int8",  "uint8", "int32",  "uint32", "int64",
+                                                          "uint64", "half", "float", "double", "bfloat16"};
+#define SHORT(e, name, size) name,
+#define SIZE(e, name, size) size,
+static const char *const dtype_short[resccl_num_types] = {RX_DTYPES(SHORT)};
+static const int dtype_bytes[resccl_num_types] = {RX_DTYPES(SIZE)};
+#undef SHORT
+#undef SIZE
 static const char *const op_names[resccl_num_ops] = {"sum", "prod", "max", "min", "avg"};
 
 struct Plan {
@@ -163,7 +166,7 @@ static int lookup(const char *flag, const char *v, const char *const *names, int
 
 static resccl_datatype_t parse_dtype(const char *v) {
   for (int t = 0; t < resccl_num_types; t++)
-    if (strcmp(v, dtypes[t].name) == 0 || strcmp(v, dtypes[t].alias) == 0) return (resccl_datatype_t)t;
+    if (strcmp(v, dtype_names[t]) == 0 || strcmp(v, dtype_short[t]) == 0) return (resccl_datatype_t)t;
   usage_error("--dtype needs one of int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double "
               "(or i8 ... f64), got '%s'", v);
   return resccl_float32;
@@ -720,13 +723,13 @@ static void print_placement(const Bench *b, const Shape &s, const Result &x, dou
 
 static void setup(Bench *b, std::string *nccl_state) {
   const Opts &o = b->o;
-  b->n = o.ngpus, b->esize = dtypes[o.dtype].size;
+  b->n = o.ngpus, b->esize = dtype_bytes[o.dtype];
   b->data = {b->n, o.coll == ALLREDUCE || o.coll == REDUCESCATTER ? o.op : resccl_sum, exact_limit(o.dtype)};
   for (int r = 0; r < b->n; r++) b->dev.push_back(o.virt ? 0 : r);
   b->comm.resize(b->n);
   resccl_result_t rc = resccl_comm_init_all(b->comm.data(), b->n, b->dev.data());
   if (rc != resccl_success) die("resccl_comm_init_all: %s", resccl_message(rc).c_str());
-  setenv("RESCCL_DTYPES", dtypes[o.dtype].alias, 0); /* kernels for the one dtype it runs: a faster first build */
+  setenv("RESCCL_DTYPES", dtype_short[o.dtype], 0); /* kernels for the one dtype it runs: a faster first build */
   for (size_t i = 0; i < o.plans.size(); i++) {
     size_t hi = i + 1 < o.plans.size() ? o.plans[i + 1].from - 1 : SIZE_MAX;
     if ((rc = resccl_plan_load_range(b->comm[0], o.plans[i].path.c_str(), o.plans[i].from, hi)) != resccl_success)
@@ -836,7 +839,7 @@ int main(int argc, char **argv) {
 
     char c[4][16];
     double bus[2] = {-1, -1};
-    printf("%12zu  %12zu  %8s  %6s", s.bytes, s.count, dtypes[o.dtype].name, redop);
+    printf("%12zu  %12zu  %8s  %6s", s.bytes, s.count, dtype_names[o.dtype], redop);
     for (int ip = 0; ip < 2; ip++) {
       print_placement(&b, s, ours[ip], &bus[ip]);
       if (bus[ip] >= 0) busbw_sum += bus[ip], busbw_n++;
