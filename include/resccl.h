@@ -53,6 +53,7 @@ typedef enum {
   resccl_invalid_usage = 5,        /* no plan for this collective, a plan for other ranks */
   resccl_timeout = 6,              /* no progress for RESCCL_TIMEOUT seconds */
   resccl_in_progress = 7,
+  resccl_remote_error = 8,         /* another rank failed, left or aborted the communicator */
   resccl_num_results
 } resccl_result_t;
 

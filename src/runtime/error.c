@@ -40,7 +40,8 @@ resccl_result_t resccl_get_version(int *version) {
 
 const char *resccl_get_error_string(resccl_result_t r) {
   static const char *const names[] = {"no error", "unhandled cuda error", "unhandled system error", "internal error",
-                                      "invalid argument", "invalid usage", "timeout: no progress", "in progress"};
+                                      "invalid argument", "invalid usage", "timeout: no progress", "in progress",
+                                      "remote error: another rank failed"};
   return (unsigned)r < resccl_num_results ? names[r] : "unknown result code";
 }
 
