@@ -73,6 +73,25 @@ const char *resccl_get_error_string(resccl_result_t result);
 const char *resccl_get_last_error(void);
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist);
+
+/* Communicators of one rank per process, as NCCL's: one process calls
+   resccl_get_unique_id and passes the id to the others (MPI, a file, a
+   store); each calls resccl_comm_init_rank with it, its rank and the count,
+   on its current CUDA device. The id names a rendezvous served by a thread
+   of the process that made it, which must live until every rank has
+   destroyed its communicator; it listens on RESCCL_SOCKET_IFNAME's address
+   (the loopback interface when unset). Every wait of the exchange is
+   bounded by RESCCL_TIMEOUT. Ranks must share a host for now (CUDA IPC);
+   RESCCL_NODE names a process's host (default: its host name). */
+#define RESCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[RESCCL_UNIQUE_ID_BYTES];
+} resccl_unique_id;
+resccl_result_t resccl_get_unique_id(resccl_unique_id *id);
+resccl_result_t resccl_comm_init_rank(resccl_comm_t *comm, int nranks, resccl_unique_id id, int rank);
+/* Stop comm's collectives at once, on every rank of its group (their kernels give up and
+   resccl_comm_get_async_error reports resccl_remote_error), then destroy it. */
+resccl_result_t resccl_comm_abort(resccl_comm_t comm);
 resccl_result_t resccl_comm_destroy(resccl_comm_t comm);
 resccl_result_t resccl_comm_count(resccl_comm_t comm, int *count);
 resccl_result_t resccl_comm_user_rank(resccl_comm_t comm, int *rank);

@@ -78,8 +78,11 @@ static int in_place(const char *coll, const void *send, const void *recv, size_t
 /* The checks every call passes first, whatever its count: success, or the error it gets. */
 static resccl_result_t check_call(const char *coll, resccl_datatype_t dt, resccl_red_op_t op, resccl_comm_t comm) {
   if (!comm) return rt_fail(resccl_invalid_argument, "%s: null communicator", coll);
-  if (*(volatile int *)comm->g->stop)
-    return rt_fail(resccl_timeout, "%s: an earlier collective of this communicator timed out", coll);
+  int stop = *(volatile int *)comm->g->stop;
+  if (stop == STOP_ABORT)
+    return rt_fail(resccl_remote_error, "%s: a rank of this communicator aborted it, or left with collectives "
+                   "unfinished", coll);
+  if (stop) return rt_fail(resccl_timeout, "%s: an earlier collective of this communicator timed out", coll);
   if ((unsigned)dt >= resccl_num_types)
     return rt_fail(resccl_invalid_argument, "%s: datatype %d is not supported", coll, (int)dt);
   if ((unsigned)op >= resccl_num_ops)

@@ -1,13 +1,57 @@
 /*
-** comm.c — communicators: resccl_comm_init_all makes a group of them over
-** the GPUs listed, connected (transport.h); the queries; and destroying
-** them, whose last unloads the group's plans.
+** comm.c — communicators. resccl_comm_init_all makes a group of them over
+** the GPUs of this process, connected by peer access; resccl_comm_init_rank
+** makes one rank of a group whose other ranks are other processes, joined
+** through the rendezvous resccl_get_unique_id names (bootstrap.c) and
+** connected through CUDA IPC at each plan load (transport.h). Then the
+** queries, abort, and destroying them, whose last unloads the group's plans.
 */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
 
+#include "bootstrap.h"
+#include "exchange.h"
 #include "objects.h"
 #include "transport.h"
+
+enum { STOP_PAGE = 4096 };
+
+/* A group of n ranks, none of them set up yet, or NULL. */
+static Group *group_new(int n) {
+  Group *g = calloc(1, sizeof *g);
+  struct resccl_comm *c = calloc((size_t)n, sizeof *c);
+  if (!g || !c) return free(g), free(c), NULL;
+  g->n = n, g->comms = c;
+  for (int r = 0; r < n; r++) c[r] = (struct resccl_comm){g, r, -1, -1, 0};
+  return g;
+}
+
+/* Rank r is this process's, on CUDA device dev. */
+static resccl_result_t group_add(Group *g, int r, int dev) {
+  int k = 0;
+  while (k < g->ndevs && g->dev[k] != dev) k++;
+  if (k == g->ndevs) {
+    if (k == MAXDEV) return rt_fail(resccl_invalid_argument, "more than %d GPUs", MAXDEV);
+    g->dev[g->ndevs++] = dev;
+  }
+  g->comms[r].cudev = dev, g->comms[r].d = k, g->nlocal++, g->live++;
+  return resccl_success;
+}
+
+/* The stop word of a group on shared memory (g->x) or this process's. */
+static void group_free(Group *g) {
+  if (g->stop && g->x) cudaHostUnregister(g->stop), munmap(g->stop, STOP_PAGE);
+  else if (g->stop) cudaFreeHost(g->stop);
+  if (g->x) g->x->close(g->x);
+  free(g->open.a), free(g->comms), free(g);
+}
 
 resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *devlist) {
   if (!comms || ndev < 1) return rt_fail(resccl_invalid_argument, "resccl_comm_init_all: no communicators asked for");
@@ -15,35 +59,129 @@ resccl_result_t resccl_comm_init_all(resccl_comm_t *comms, int ndev, const int *
   int count = 0;
   CU(cudaGetDeviceCount(&count));
   TRY(drv_open());
-  Group *g = calloc(1, sizeof *g);
-  struct resccl_comm *c = calloc((size_t)ndev, sizeof *c);
-  if (!g || !c) return free(g), free(c), rt_fail(resccl_system_error, "out of memory");
-  g->n = g->live = ndev, g->comms = c;
-  for (int r = 0; r < ndev; r++) {
+  Group *g = group_new(ndev);
+  if (!g) return rt_fail(resccl_system_error, "out of memory");
+  resccl_result_t rc = resccl_success;
+  for (int r = 0; r < ndev && rc == resccl_success; r++) {
     int d = devlist ? devlist[r] : r;
-    if (d < 0 || d >= count) {
-      free(g), free(c);
-      return rt_fail(resccl_invalid_argument, "rank %d: no CUDA device %d (%d present)", r, d, count);
-    }
-    int k = 0;
-    while (k < g->ndevs && g->dev[k] != d) k++;
-    if (k == g->ndevs) {
-      if (k == MAXDEV) return free(g), free(c), rt_fail(resccl_invalid_argument, "more than %d GPUs", MAXDEV);
-      g->dev[g->ndevs++] = d;
-    }
-    c[r] = (struct resccl_comm){g, r, d, k, 0};
+    if (d < 0 || d >= count) rc = rt_fail(resccl_invalid_argument, "rank %d: no CUDA device %d (%d present)", r, d, count);
+    else rc = group_add(g, r, d);
   }
   int dev = -1;
   cudaGetDevice(&dev);
-  resccl_result_t rc = p2p_connect(g);
+  if (rc == resccl_success) rc = p2p_connect(g);
   if (dev >= 0) cudaSetDevice(dev);
   if (rc == resccl_success && cudaHostAlloc((void **)&g->stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable))
-    rc = rt_fail(resccl_unhandled_cuda_error, "resccl_comm_init_all: cannot allocate mapped host memory");
-  if (rc != resccl_success) return free(g), free(c), rc;
+    rc = rt_fail(resccl_unhandled_cuda_error, "resccl_comm_init_all: cannot allocate mapped host memory"), g->stop = NULL;
+  if (rc != resccl_success) return group_free(g), rc;
   *g->stop = 0;
-  for (int r = 0; r < ndev; r++) comms[r] = &c[r];
+  for (int r = 0; r < ndev; r++) comms[r] = &g->comms[r];
   INFO("init: %d ranks on %d GPUs", ndev, g->ndevs);
   return resccl_success;
+}
+
+resccl_result_t resccl_get_unique_id(resccl_unique_id *id) {
+  _Static_assert(sizeof(BsId) <= sizeof(resccl_unique_id), "an id holds the rendezvous's");
+  if (!id) return rt_fail(resccl_invalid_argument, "resccl_get_unique_id: id is NULL");
+  RtConf c;
+  TRY(rt_conf_env(&c));
+  BsId b;
+  TRY(bs_serve(&b, c.timeout_s));
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, b.bytes, sizeof b.bytes);
+  return resccl_success;
+}
+
+/* What a rank tells the others at init: its host, process and GPU, and
+   (rank 0) the name of the shared page that holds the group's stop word. */
+typedef struct {
+  char node[64], page[48];
+  int pid, dev;
+} Who;
+
+/* The group's stop word on the shared page `name`, which every rank maps. */
+static resccl_result_t stop_map(Group *g, const char *name) {
+  int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, STOP_PAGE)) {
+    if (fd >= 0) close(fd);
+    return rt_fail(resccl_system_error, "shared memory %s: %s", name, strerror(errno));
+  }
+  void *p = mmap(NULL, STOP_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return rt_fail(resccl_system_error, "shared memory %s: mmap: %s", name, strerror(errno));
+  if (cudaHostRegister(p, STOP_PAGE, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+    munmap(p, STOP_PAGE);
+    return rt_fail(resccl_unhandled_cuda_error, "shared memory %s: cudaHostRegister failed", name);
+  }
+  g->stop = p;
+  return resccl_success;
+}
+
+/* Rank x->rank of a group of x->nranks, on CUDA device dev; the others
+   are reached through x, which the group owns from here (closed if the
+   join fails). Two rounds: who is where, then every rank has mapped the
+   stop word (and the page's name can go). */
+static resccl_result_t comm_join(resccl_comm_t *out, Exchange *x, int dev) {
+  Who me, *all = calloc((size_t)x->nranks, sizeof *all);
+  memset(&me, 0, sizeof me);
+  me.pid = (int)getpid(), me.dev = dev;
+  resccl_result_t rc = all ? resccl_success : rt_fail(resccl_system_error, "out of memory");
+  const char *node = getenv("RESCCL_NODE");
+  if (node && *node && strlen(node) >= sizeof me.node)
+    rc = rt_fail(resccl_invalid_argument, "RESCCL_NODE=%.80s: at most %zu characters", node, sizeof me.node - 1);
+  else if (node && *node) snprintf(me.node, sizeof me.node, "%s", node);
+  else if (gethostname(me.node, sizeof me.node - 1)) rc = rt_fail(resccl_system_error, "gethostname: %s", strerror(errno));
+  if (x->rank == 0) {
+    unsigned long long tag = 0;
+    if (getrandom(&tag, sizeof tag, 0) != (ssize_t)sizeof tag) tag = (unsigned long long)me.pid * 2654435761u;
+    snprintf(me.page, sizeof me.page, "/resccl-%d-%016llx", me.pid, tag);
+  }
+  rc = ex_round(x, rc, &me, sizeof me, all, "resccl_comm_init_rank");
+  Group *g = NULL;
+  for (int r = 1; r < x->nranks && rc == resccl_success; r++)
+    if (strcmp(all[r].node, all[0].node))
+      rc = rt_fail(resccl_invalid_usage, "resccl_comm_init_rank: rank 0 is on host %s and rank %d on %s: ranks on "
+                   "several hosts need a network transport, which resccl has not yet (RESCCL_NODE names a host)",
+                   all[0].node, r, all[r].node);
+  if (rc == resccl_success && !(g = group_new(x->nranks))) rc = rt_fail(resccl_system_error, "out of memory");
+  if (rc == resccl_success) {
+    for (int r = 0; r < x->nranks; r++) g->comms[r].cudev = all[r].dev; /* as its process numbers it */
+    g->comms[x->rank].cudev = -1;
+    g->x = x;
+    rc = group_add(g, x->rank, dev);
+  }
+  if (rc == resccl_success) rc = stop_map(g, all[0].page);
+  if (g || rc == resccl_success) rc = ex_round(x, rc, NULL, 0, NULL, "resccl_comm_init_rank");
+  if (all && all[0].page[0]) shm_unlink(all[0].page); /* every rank mapped it, or none will */
+  free(all);
+  if (rc != resccl_success) {
+    if (g) group_free(g);
+    else x->close(x);
+    return rc;
+  }
+  *g->stop = 0;
+  *out = &g->comms[x->rank];
+  INFO("init: rank %d of %d on GPU %d", x->rank, x->nranks, dev);
+  return resccl_success;
+}
+
+resccl_result_t resccl_comm_init_rank(resccl_comm_t *comm, int nranks, resccl_unique_id id, int rank) {
+  if (!comm) return rt_fail(resccl_invalid_argument, "resccl_comm_init_rank: comm is NULL");
+  *comm = NULL;
+  if (nranks < 1 || nranks > RX_MAXRANKS || rank < 0 || rank >= nranks)
+    return rt_fail(resccl_invalid_argument, "resccl_comm_init_rank: rank %d of %d ranks (1 to %d ranks)", rank, nranks,
+                   RX_MAXRANKS);
+  int dev = -1;
+  CU(cudaGetDevice(&dev));
+  CU(cudaFree(0)); /* the device's primary context, before anything maps into it */
+  TRY(drv_open());
+  RtConf c;
+  TRY(rt_conf_env(&c));
+  BsId b;
+  memcpy(b.bytes, id.internal, sizeof b.bytes);
+  Exchange *x;
+  TRY(bs_exchange(&b, rank, nranks, c.timeout_s, &x));
+  return comm_join(comm, x, dev);
 }
 
 resccl_result_t resccl_comm_count(resccl_comm_t c, int *n) {
@@ -63,27 +201,36 @@ resccl_result_t resccl_comm_cu_device(resccl_comm_t c, int *d) {
 
 resccl_result_t resccl_comm_get_async_error(resccl_comm_t c, resccl_result_t *err) {
   if (!c || !err) return rt_fail(resccl_invalid_argument, "null argument");
-  *err = *(volatile int *)c->g->stop ? resccl_timeout : resccl_success;
+  int stop = *(volatile int *)c->g->stop;
+  *err = stop == STOP_ABORT ? resccl_remote_error : stop ? resccl_timeout : resccl_success;
   return resccl_success;
 }
 
-resccl_result_t resccl_comm_destroy(resccl_comm_t comm) {
+/* Destroy comm; abort: stop the group's collectives first, and leave its exchange without the last round. */
+static resccl_result_t comm_end(resccl_comm_t comm, int abort) {
   if (!comm) return resccl_success;
   Group *g = comm->g;
-  if (--g->live > 0) return resccl_success;
   /* A collective launched on some ranks only can no longer be launched on
      the rest: its kernels give up now, not at the timeout. */
-  if (g->open.n) *(volatile int *)g->stop = 1;
+  if (abort || (g->live == 1 && g->open.n)) *(volatile int *)g->stop = STOP_ABORT;
+  if (abort && g->x) g->x->close(g->x), g->x = NULL;
+  if (--g->live > 0) return resccl_success;
   int dev = -1;
   cudaGetDevice(&dev);
   for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
+  /* Peers may still be running kernels that write into this process's
+     memory: it goes once every rank is done with its own. */
+  resccl_result_t rc = g->x ? ex_round(g->x, resccl_success, NULL, 0, NULL, "resccl_comm_destroy") : resccl_success;
   while (g->plans) {
     RtPlan *p = g->plans;
     g->plans = p->next;
     plan_unload(g, p);
   }
-  cudaFreeHost(g->stop);
-  free(g->open.a), free(g->comms), free(g);
+  group_free(g);
   if (dev >= 0) cudaSetDevice(dev); /* the caller's, as NCCL leaves it */
-  return resccl_success;
+  return rc;
 }
+
+resccl_result_t resccl_comm_destroy(resccl_comm_t comm) { return comm_end(comm, 0); }
+
+resccl_result_t resccl_comm_abort(resccl_comm_t comm) { return comm_end(comm, 1); }

@@ -321,7 +321,7 @@ resccl_result_t launch(Call *calls, int n) {
   for (int i = 0; i < n && rc == resccl_success; i++) {
     if (first[i] != i) continue;
     GqSig sig = sig_of(&calls[i]);
-    gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].v->pf.nranks);
+    gq_open_note(&calls[i].comm->g->open, seq[i], &sig, ranks_of(first, n, i), calls[i].comm->g->nlocal);
   }
   for (int i = 0; i < n && rc == resccl_success; i++) calls[i].comm->calls++;
   int nlead = gq_order(q, n, first, order, ready, first + 2 * n);

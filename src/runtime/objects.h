@@ -83,6 +83,7 @@ typedef struct {
     CUmodule mod;
     CUfunction fn;
     RxRun *run;       /* device copy */
+    RxRun *hrun;      /* its host copy, from variant_setup until variant_connect */
     int nblocks;
     cudaStream_t *ce; /* per GPU: the stream of this GPU's copies to it, NULL when none */
     cudaEvent_t start, *ce_done; /* the copies' start on this GPU's stream; a copy stream's end */
@@ -98,6 +99,14 @@ typedef struct {
   } dev[MAXDEV];
   void **allocs;      /* every device allocation, for unloading */
   int nallocs;
+  /* Per rank, one allocation in its GPU's memory holds every word peers
+     reach by address: its started and finished words, its ends of the
+     FIFOs (variant_layout). Shared as a whole (transport.h). */
+  size_t *seg_bytes;
+  char **seg;         /* as this process sees it: its own ranks' allocations, peers' opened */
+  char *opened;       /* per rank: seg[r] is a peer's, opened (closed at unload) */
+  RxFifo *fifo;       /* per connection and slice: offsets into the segments, until variant_connect */
+  size_t fin_at;      /* where `finished` lies in each segment (`started` at 0) */
   char **scratch;     /* per rank, grown on demand */
   size_t *scratch_bytes;
 } Variant;
@@ -114,13 +123,18 @@ typedef struct RtPlan {
 
 typedef struct {
   int n, ndevs;
-  struct resccl_comm *comms;
-  int dev[MAXDEV];    /* the distinct CUDA devices, in order of first use */
+  struct resccl_comm *comms; /* every rank: this process's (d >= 0), and other processes' (d = -1) */
+  int dev[MAXDEV];    /* this process's distinct CUDA devices, in order of first use */
   RtPlan *plans;
-  int *stop;          /* mapped host memory: a kernel gave up waiting */
-  int live;           /* communicators not yet destroyed */
-  GqOpens open;       /* collectives some of whose ranks have launched */
+  int *stop;          /* mapped host memory every GPU of the group sees: STOP_* */
+  int nlocal, live;   /* this process's communicators, and those not yet destroyed */
+  GqOpens open;       /* collectives some of whose ranks (of this process) have launched */
+  struct Exchange *x; /* rounds with the other processes' ranks; NULL when every rank is this process's */
 } Group;
+
+/* What the group's stop word says: a kernel's wait ran past RESCCL_TIMEOUT,
+   or a rank aborted the communicator (or left it with calls unfinished). */
+enum { STOP_TIMEOUT = 1, STOP_ABORT = 2 };
 
 struct resccl_comm {
   Group *g;
@@ -142,8 +156,10 @@ typedef struct Call {
 
 /* ------------------------------------------------------------ variant.c */
 
-/* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
+/* Kernels, flags, block tables and this process's ranks' segments of one placement on its GPUs. */
 resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf);
+/* Once every rank's segment is in v->seg (ipc_share): the FIFO tables and run words on each GPU. */
+resccl_result_t variant_connect(Group *g, Variant *v);
 /* Free v and what it holds, on the host and on g's GPUs. */
 void variant_free(Group *g, Variant *v);
 /* Device memory at *(void **)p, freed at unload (variant.c says when to pass `zero`). */

@@ -6,21 +6,28 @@
 ** plan file's kernels without a GPU (rt_plan_build).
 */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exchange.h"
 #include "objects.h"
+#include "transport.h"
 #include "../wfile.h"
 
-resccl_result_t pf_read(const char *path, PfSection **out, int *nout) {
+resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned long long *hash) {
   *out = NULL, *nout = 0;
   size_t n;
   char *text = wfile_read(path, PF_MAXFILE, &n), err[1024];
   if (!text)
     return errno == EFBIG ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
                           : rt_fail(resccl_system_error, "%s: cannot read (%s)", path, strerror(errno));
+  if (hash) {
+    *hash = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) *hash = (*hash ^ (unsigned char)text[i]) * 0x100000001b3ull;
+  }
   int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
   free(text);
   return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);
@@ -71,16 +78,61 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
   return rc;
 }
 
-static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
+/* What the ranks of several processes agree on before a plan loads: the
+   file, the sizes it runs, and the settings that shape its FIFOs and
+   calls (read by each process from its own environment). */
+typedef struct {
+  unsigned long long hash, lo, hi, slot_bytes, tile_bytes;
+  int nchan, slices, nslots, nmicro, direct, zero;
+  char file[64]; /* the path's last 63 bytes */
+} Agree;
+
+static resccl_result_t agree(Group *g, resccl_result_t rc, const char *path, unsigned long long hash, const RtConf *c,
+                             size_t lo, size_t hi) {
+  /* Every rank's earlier calls are done before any rank unloads what they ran (a new plan replaces them). */
+  for (int d = 0; d < g->ndevs && rc == resccl_success; d++)
+    if (cudaSetDevice(g->dev[d]) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+      rc = rt_fail(resccl_unhandled_cuda_error, "resccl_plan_load: GPU %d failed before the load", g->dev[d]);
+  Agree me, *all = calloc((size_t)g->n, sizeof *all);
+  memset(&me, 0, sizeof me);
+  me = (Agree){hash, lo, hi, c->slot_bytes, c->tile_bytes, c->nchan, c->slices, c->nslots, c->nmicro, c->direct, 0, ""};
+  size_t len = strlen(path);
+  snprintf(me.file, sizeof me.file, "%s", path + (len < sizeof me.file ? 0 : len - sizeof me.file + 1));
+  if (!all) rc = rc ? rc : rt_fail(resccl_system_error, "out of memory");
+  rc = ex_round(g->x, rc, &me, sizeof me, all, "resccl_plan_load");
+  for (int r = 1; r < g->n && rc == resccl_success; r++) {
+    const Agree *a = &all[0], *b = &all[r];
+    if (a->hash != b->hash)
+      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: ranks loaded different plans: rank 0 %s (hash %016llx), "
+                   "rank %d %s (hash %016llx)", a->file, a->hash, r, b->file, b->hash);
+    else if (a->lo != b->lo || a->hi != b->hi)
+      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s: rank 0 loaded it for %llu to %llu bytes, rank %d for "
+                   "%llu to %llu", a->file, a->lo, a->hi, r, b->lo, b->hi);
+    else if (memcmp(&a->slot_bytes, &b->slot_bytes, offsetof(Agree, file) - offsetof(Agree, slot_bytes)))
+      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s: rank 0 and rank %d differ in RESCCL_NCHANNELS, "
+                   "RESCCL_SLICES, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO or "
+                   "RESCCL_DIRECT: set them alike on every rank", a->file, r);
+  }
+  free(all);
+  return rc;
+}
+
+/* rc: what the checks before it found; where the group spans processes,
+   the load goes through its rounds all the same, so that the other ranks
+   fail at once too. */
+static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi,
+                                 resccl_result_t rc) {
   Group *g = comm->g;
-  PfSection *sec;
-  int nsec;
-  resccl_result_t rc = pf_read(path, &sec, &nsec);
-  if (rc != resccl_success) return rc;
-  RtPlan *p = calloc(1, sizeof *p);
-  if (!p) return pf_free_all(sec, nsec), rt_fail(resccl_system_error, "out of memory");
-  p->conf = *conf, p->lo = lo, p->hi = hi;
-  snprintf(p->name, sizeof p->name, "%s", sec[0].name), snprintf(p->coll, sizeof p->coll, "%s", sec[0].coll);
+  PfSection *sec = NULL;
+  int nsec = 0;
+  unsigned long long hash = 0;
+  if (rc == resccl_success) rc = pf_read(path, &sec, &nsec, &hash);
+  RtPlan *p = rc == resccl_success ? calloc(1, sizeof *p) : NULL;
+  if (rc == resccl_success && !p) rc = rt_fail(resccl_system_error, "out of memory");
+  if (p) {
+    p->conf = *conf, p->lo = lo, p->hi = hi;
+    snprintf(p->name, sizeof p->name, "%s", sec[0].name), snprintf(p->coll, sizeof p->coll, "%s", sec[0].coll);
+  }
   for (int i = 0; i < nsec && rc == resccl_success; i++) {
     const PfSection *s = &sec[i];
     if (strcmp(s->name, p->name) || strcmp(s->coll, p->coll))
@@ -96,6 +148,13 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
     if (rc == resccl_success && (form < 0 || (form && at[form])))
       rc = rt_fail(resccl_invalid_argument, "%s:%d: resccl-plan: a placement holds a first form, then at most one "
                    "with copy-engine copies and one that pulls", path, s->line);
+    /* Copies and pulls need every rank's buffers, which processes do not
+       share yet: ranks of several processes run a placement's first form. */
+    if (rc == resccl_success && g->x && !form && (s->nce || s->pulls))
+      rc = rt_fail(resccl_invalid_usage, "%s:%d: its first form %s, which ranks of several processes cannot yet: "
+                   "compile it without --ce and --pull", path, s->line,
+                   s->nce ? "moves data on the copy engine" : "reads peers' buffers");
+    if (rc == resccl_success && form && g->x) continue;
     if (rc == resccl_success && !(at[form] = calloc(1, sizeof *at[form])))
       rc = rt_fail(resccl_system_error, "out of memory");
     if (rc == resccl_success) at[form]->pf = *s, memset(&sec[i], 0, sizeof *s); /* the variant owns it now */
@@ -106,11 +165,22 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
     if (!strcmp(q->coll, p->coll) && q->lo < lo && q->hi > hi)
       rc = rt_fail(resccl_invalid_usage, "%s: sizes %zu to %zu lie inside those of the loaded plan %s (%zu to %zu): "
                    "load that one again for the sizes on each side", path, lo, hi, q->name, q->lo, q->hi);
-  if (!p->conf.threads) p->conf.threads = RT_THREADS;
+  if (p && !p->conf.threads) p->conf.threads = RT_THREADS;
+  if (g->x) rc = agree(g, rc, path, hash, conf, lo, hi);
   if (rc == resccl_success) rc = build_kernels(g, p);
-  for (int i = 0; i < 6 && rc == resccl_success; i++)
-    if (p->v[i / 3][i % 3]) rc = variant_setup(g, p->v[i / 3][i % 3], &p->conf);
-  if (rc != resccl_success) return plan_unload(g, p), rc;
+  Variant *vs[6];
+  int nv = 0;
+  for (int i = 0; i < 6 && p; i++)
+    if (p->v[i / 3][i % 3]) vs[nv++] = p->v[i / 3][i % 3];
+  for (int k = 0; k < nv && rc == resccl_success; k++) rc = variant_setup(g, vs[k], &p->conf);
+  /* Every rank's memory, then the tables that point into it. */
+  if (g->x || rc == resccl_success) rc = ipc_share(g, vs, nv, rc);
+  for (int k = 0; k < nv && rc == resccl_success; k++) rc = variant_connect(g, vs[k]);
+  if (g->x) rc = ex_round(g->x, rc, NULL, 0, NULL, "resccl_plan_load");
+  if (rc != resccl_success) {
+    if (p) plan_unload(g, p);
+    return rc;
+  }
   /* A new plan for a collective takes its sizes from the loaded ones: those
      it covers go, the others keep the sizes on their side of it. */
   for (RtPlan **q = &g->plans; *q;) {
@@ -134,16 +204,18 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
 
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
-  if (lo > hi) return rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
+  resccl_result_t rc = resccl_success;
+  if (lo > hi) rc = rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
   /* Queued calls point at the plans they run. */
-  if (group_is_open()) return rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
-  if (comm->g->open.n)
-    return rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
-                   "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
-  TRY(conf_check(conf));
+  else if (group_is_open()) rc = rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
+  else if (comm->g->open.n)
+    rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
+                 "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
+  else rc = conf_check(conf);
+  if (rc != resccl_success && !comm->g->x) return rc;
   int dev = -1;
   cudaGetDevice(&dev);
-  resccl_result_t rc = plan_load(comm, path, conf, lo, hi);
+  rc = plan_load(comm, path, conf, lo, hi, rc);
   if (dev >= 0) cudaSetDevice(dev);
   return rc;
 }
@@ -151,7 +223,7 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
 resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
   PfSection *sec;
   int n;
-  resccl_result_t rc = pf_read(path, &sec, &n);
+  resccl_result_t rc = pf_read(path, &sec, &n, NULL);
   if (rc != resccl_success) return rc;
   RtBuild *b = calloc((size_t)n, sizeof *b);
   if (!b) return pf_free_all(sec, n), rt_fail(resccl_system_error, "out of memory");

@@ -82,8 +82,9 @@ typedef struct {
 /* The sections of a plan file's n bytes of text, each checked against its
    kernel; 0 with the first fault in err ("path:line: field: what"). */
 int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
-/* Read and parse the file at `path` (rt_fail's codes; plan.c, so libresccl's alone, not the tools'). */
-resccl_result_t pf_read(const char *path, PfSection **out, int *nout);
+/* Read and parse the file at `path` (rt_fail's codes; plan.c, so libresccl's alone, not the tools'); *hash (when
+   not NULL): its bytes' FNV-1a hash, which ranks in several processes compare. */
+resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned long long *hash);
 void pf_free(PfSection *s);
 void pf_free_all(PfSection *s, int n);
 /* Text of an embedded file of kernels-templates/ (cmake/embed.cmake), NULL when unknown. */

@@ -1,22 +1,22 @@
 /*
-** transport.h — how a group's GPUs reach each other's memory. Today every
-** rank is a GPU of this process, and peer access between them is all it
-** takes (transport_p2p.c). A communicator spanning processes or hosts
-** brings its transport beside it (CUDA IPC, then the network).
+** transport.h — how a group's GPUs reach each other's memory. The GPUs of
+** one process: peer access between every pair (transport_p2p.c). Ranks in
+** several processes of one host: CUDA IPC (transport_ipc.c). Hosts apart:
+** the network, not yet.
 **
-** Past that connection, peers' memory is used by its address, which one
-** process shares across its GPUs; a transport between processes has to
-** carry these, none of which passes through this file yet:
-** - a plan's FIFOs (slots, tail and taken in the receiver's memory, head
-**   and sent in the sender's) and its copy-engine flags, in one table each
-**   that every GPU gets (variant.c, variant_build);
-** - each rank's words of the calls its kernel started and finished, which
-**   peers read (RxRun.started, .finished; variant.c);
-** - the ranks' buffers, in a call's kernel argument for direct sends and
-**   pulls, and as the copy engine's sources and destinations (launch.c,
-**   kernel_args; copyengine.c, ce_copies);
-** - every GPU's copy-engine barrier word (copyengine.c, ce_sync);
-** - the group's stop flag, mapped host memory every GPU sees (comm.c).
+** Past that connection, peers' memory is used by its address:
+** - each rank's segment of a placement (variant.c, variant_layout): its
+**   `started` and `finished` words, which peers write, and its ends of the
+**   FIFOs (slots, tail and taken where it receives, head and sent where it
+**   sends). ipc_share trades these across processes.
+** - the group's stop word, host memory every GPU of the group maps: this
+**   process's (cudaHostAlloc), or a shared page on the host (comm.c);
+** - with every rank in one process only: the ranks' buffers, in a call's
+**   kernel argument for direct sends and pulls, and as the copy engine's
+**   sources and destinations (launch.c, kernel_args; copyengine.c,
+**   ce_copies), its copy-engine flags and every GPU's barrier word
+**   (copyengine.c, ce_sync). A group across processes loads no placement
+**   that needs them (plan.c) and sends through the FIFOs.
 */
 #ifndef RESCCL_TRANSPORT_H
 #define RESCCL_TRANSPORT_H
@@ -27,6 +27,11 @@
 
 /* Peer access between every pair of the group's GPUs: FIFOs are written across them. */
 resccl_result_t p2p_connect(const Group *g);
+/* The segments of a plan's placements vs[0..nv) (nv <= 6) of every rank,
+   in v->seg: this process's own, and where the group spans processes,
+   the others' opened through CUDA IPC after a round of the group's
+   exchange that agrees on failure (rc: this process's result so far). */
+resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t rc);
 
 #pragma GCC visibility pop
 

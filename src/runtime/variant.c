@@ -53,12 +53,15 @@ void variant_free(Group *g, Variant *v) {
     for (int e = 0; g && v->dev[d].ce && e < g->ndevs; e++)
       if (v->dev[d].ce[e]) cudaStreamDestroy(v->dev[d].ce[e]), cudaEventDestroy(v->dev[d].ce_done[e]);
     if (v->dev[d].start) cudaEventDestroy(v->dev[d].start);
-    free(v->dev[d].cubin), free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done);
+    free(v->dev[d].cubin), free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done), free(v->dev[d].hrun);
   }
+  for (int r = 0; v->opened && r < v->pf.nranks; r++)
+    if (v->opened[r]) cudaIpcCloseMemHandle(v->seg[r]);
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
   free(v->allocs), free(v->scratch), free(v->scratch_bytes);
+  free(v->seg_bytes), free(v->seg), free(v->opened), free(v->fifo);
   pf_free(&v->pf), free(v->ceflag), free(v);
 }
 
@@ -76,30 +79,57 @@ resccl_result_t dev_alloc(Variant *v, void *p, size_t bytes, cudaStream_t *zero)
   return resccl_success;
 }
 
-/* variant_setup's allocations and kernels; fifo: room for the FIFOs' host copy. */
-static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxFifo *fifo, cudaStream_t *ld) {
-  int K = v->nblk, V = v->nslice, nf = v->pf.nconn * V;
-  for (int i = 0; i < nf; i++) {
-    struct resccl_comm *dst = &g->comms[v->pf.cdst[i / V]], *src = &g->comms[v->pf.csrc[i / V]];
-    CU(cudaSetDevice(dst->cudev));
-    TRY(dev_alloc(v, &fifo[i].slots, (size_t)v->nslots * cf->slot_bytes, &ld[dst->d]));
-    TRY(dev_alloc(v, &fifo[i].tail, sizeof(unsigned long long), &ld[dst->d]));
-    TRY(dev_alloc(v, &fifo[i].taken, sizeof(unsigned long long), &ld[dst->d]));
-    CU(cudaSetDevice(src->cudev));
-    TRY(dev_alloc(v, &fifo[i].head, sizeof(unsigned long long), &ld[src->d]));
-    TRY(dev_alloc(v, &fifo[i].sent, sizeof(unsigned long long), &ld[src->d]));
+/* Where each rank's segment holds what peers reach by address: its
+   `started` words at 0, its `finished` words at v->fin_at, then its ends of
+   the FIFOs (slots, tail and taken where it receives, head and sent where
+   it sends), each on a line of its own. v->fifo gets the offsets. Every
+   rank works out every rank's layout from the plan file alone, so that
+   processes agree on it without trading it. */
+static size_t seg_take(size_t *at, size_t bytes) {
+  size_t o = *at;
+  *at += (bytes + 127) / 128 * 128;
+  return o;
+}
+
+static resccl_result_t variant_layout(Variant *v, const RtConf *cf, const RxRun *run) {
+  int n = v->pf.nranks, nf = v->pf.nconn * v->nslice;
+  v->seg_bytes = calloc((size_t)n, sizeof *v->seg_bytes);
+  v->seg = calloc((size_t)n, sizeof *v->seg);
+  v->opened = calloc((size_t)n, 1);
+  v->fifo = calloc((size_t)nf + 1, sizeof *v->fifo);
+  if (!v->seg_bytes || !v->seg || !v->opened || !v->fifo) return rt_fail(resccl_system_error, "out of memory");
+  for (int r = 0; r < n; r++) {
+    seg_take(&v->seg_bytes[r], sizeof(unsigned) * (size_t)n);
+    v->fin_at = seg_take(&v->seg_bytes[r], sizeof(unsigned) * ((size_t)run->first[n] + 1));
   }
-  /* Per rank, a word per rank in its GPU's memory: the call that rank's kernel runs (direct sends wait for it). */
-  /* And a word per block of every rank: the last call whose reads it ended (pulls wait for them). */
+  for (int i = 0; i < nf; i++) {
+    size_t *dst = &v->seg_bytes[v->pf.cdst[i / v->nslice]], *src = &v->seg_bytes[v->pf.csrc[i / v->nslice]];
+    RxFifo *f = &v->fifo[i];
+    f->slots = (char *)seg_take(dst, (size_t)v->nslots * cf->slot_bytes);
+    f->tail = (unsigned long long *)seg_take(dst, sizeof(unsigned long long));
+    f->taken = (unsigned long long *)seg_take(dst, sizeof(unsigned long long));
+    f->head = (unsigned long long *)seg_take(src, sizeof(unsigned long long));
+    f->sent = (unsigned long long *)seg_take(src, sizeof(unsigned long long));
+  }
+  return resccl_success;
+}
+
+/* variant_setup's allocations and kernels. */
+static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, cudaStream_t *ld) {
+  int K = v->nblk, V = v->nslice, nf = v->pf.nconn * V;
+  /* Per rank, a word per rank: the call that rank's kernel runs (direct
+     sends wait for it); and a word per block of every rank: the last call
+     whose reads it ended (pulls wait for them). */
   RxRun run;
   memset(&run, 0, sizeof run);
   run.nranks = v->pf.nranks, run.chunks = v->pf.chunks, run.nslots = v->nslots, run.nslice = V, run.nblk = K;
   run.slot_bytes = cf->slot_bytes;
   for (int r = 0; r < v->pf.nranks; r++) run.first[r + 1] = run.first[r] + v->pf.ntb[r] * K;
+  TRY(variant_layout(v, cf, &run));
   for (int r = 0; r < v->pf.nranks; r++) {
+    if (g->comms[r].d < 0) continue; /* another process's */
     CU(cudaSetDevice(g->comms[r].cudev));
-    TRY(dev_alloc(v, &run.started[r], sizeof(unsigned) * (size_t)v->pf.nranks, &ld[g->comms[r].d]));
-    TRY(dev_alloc(v, &run.finished[r], sizeof(unsigned) * ((size_t)run.first[v->pf.nranks] + 1), &ld[g->comms[r].d]));
+    TRY(dev_alloc(v, &v->seg[r], v->seg_bytes[r], &ld[g->comms[r].d]));
   }
   /* Copy-engine flags, each in its copy's source GPU: the copy stream posts
      it there, the reducing kernel polls it over the link, and the source's
@@ -153,14 +183,13 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
     TRY(dev_alloc(v, &dceflag, sizeof(unsigned *) * ((size_t)v->pf.nceflags + 1), &ld[d]));
     CU(cudaMemcpyAsync(dceflag, v->ceflag, sizeof(unsigned *) * (size_t)v->pf.nceflags, cudaMemcpyHostToDevice, ld[d]));
     run.ceflag = dceflag;
-    CU(cudaMemcpyAsync(run.fifo, fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice, ld[d]));
     if (cf->trace) TRY(dev_alloc(v, &run.trace, sizeof(unsigned long long) * RX_TRACE_WORDS * (size_t)nb, &ld[d]));
     v->dev[d].trace = run.trace;
     CU(cudaHostGetDevicePointer((void **)&run.stop, g->stop, 0));
     v->stop = run.stop;
     TRY(dev_alloc(v, &v->dev[d].run, sizeof run, NULL));
-    CU(cudaMemcpyAsync(v->dev[d].run, &run, sizeof run, cudaMemcpyHostToDevice, ld[d]));
-    CU(cudaStreamSynchronize(ld[d])); /* before run, on the stack, changes */
+    if (!(v->dev[d].hrun = malloc(sizeof run))) return rt_fail(resccl_system_error, "out of memory");
+    *v->dev[d].hrun = run; /* completed and copied by variant_connect */
     v->dev[d].nblocks = nb;
     INFO("plan %s: GPU %d, %d blocks (%d per SM fit), %d channels of %d slices, %d connections",
          v->pf.inplace ? "in-place" : "out-of-place", g->dev[d], nb, per_sm, K, V / K, v->pf.nconn);
@@ -194,7 +223,6 @@ static resccl_result_t variant_build(Group *g, Variant *v, const RtConf *cf, RxF
   return res;
 }
 
-/* Kernels, FIFOs, flags and block tables of one placement on every GPU of the group. */
 resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   /* A plan verified with connections that hold two tiles (--tb merge, hand-placed TBs) gets the slots for them. */
   v->nslots = v->pf.fifo_slots > cf->nslots ? v->pf.fifo_slots : cf->nslots;
@@ -211,13 +239,11 @@ resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
     for (int r = 0; r < v->pf.nranks; r++) tbs += g->comms[r].d == d ? v->pf.ntb[r] : 0;
     maxtb = tbs > maxtb ? tbs : maxtb;
   }
+  /* Ranks of several processes: every rank counts alone, so that all of
+     them work out the same channels (their FIFOs must match). */
+  for (int r = 0; g->x && r < v->pf.nranks; r++) maxtb = v->pf.ntb[r] > maxtb ? v->pf.ntb[r] : maxtb;
   int K = v->nblk = cf->nchan > 0 ? cf->nchan : (budget / maxtb > 0 ? budget / maxtb : 1);
-  int V = v->nslice = K * (cf->slices ? cf->slices : 1);
-  /* FIFOs: slots, tail and taken with the receiver, head and sent with the
-     sender. Every slice has whole slots: halved ones made more micro-batches
-     (a slice fits a slot), each a handshake. */
-  RxFifo *fifo = calloc((size_t)v->pf.nconn * (size_t)V + 1, sizeof *fifo);
-  if (!fifo) return rt_fail(resccl_system_error, "out of memory");
+  v->nslice = K * (cf->slices ? cf->slices : 1);
   /* Plan load zeroes and fills device memory on streams of its own: the
      legacy stream would wait for the user's blocking streams, and a user's
      non-blocking stream would not wait for it. */
@@ -226,7 +252,7 @@ resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
   for (int d = 0; d < g->ndevs && res == resccl_success; d++)
     if (cudaSetDevice(g->dev[d]) != cudaSuccess || cudaStreamCreateWithFlags(&ld[d], cudaStreamNonBlocking) != cudaSuccess)
       res = rt_fail(resccl_unhandled_cuda_error, "GPU %d: cannot create a stream", g->dev[d]);
-  if (res == resccl_success) res = variant_build(g, v, cf, fifo, ld);
+  if (res == resccl_success) res = variant_build(g, v, cf, ld);
   for (int d = 0; d < g->ndevs; d++)
     if (ld[d]) {
       cudaSetDevice(g->dev[d]);
@@ -235,6 +261,28 @@ resccl_result_t variant_setup(Group *g, Variant *v, const RtConf *cf) {
         res = rt_fail(resccl_unhandled_cuda_error, "GPU %d: plan load: %s", g->dev[d], cudaGetErrorString(e));
       cudaStreamDestroy(ld[d]);
     }
-  free(fifo);
   return res;
+}
+
+resccl_result_t variant_connect(Group *g, Variant *v) {
+  int n = v->pf.nranks, nf = v->pf.nconn * v->nslice;
+  for (int i = 0; i < nf; i++) {
+    RxFifo *f = &v->fifo[i];
+    char *dst = v->seg[v->pf.cdst[i / v->nslice]], *src = v->seg[v->pf.csrc[i / v->nslice]];
+    f->slots = dst + (uintptr_t)f->slots;
+    f->tail = (unsigned long long *)(dst + (uintptr_t)f->tail);
+    f->taken = (unsigned long long *)(dst + (uintptr_t)f->taken);
+    f->head = (unsigned long long *)(src + (uintptr_t)f->head);
+    f->sent = (unsigned long long *)(src + (uintptr_t)f->sent);
+  }
+  for (int d = 0; d < g->ndevs; d++) {
+    RxRun *run = v->dev[d].hrun;
+    for (int r = 0; r < n; r++) run->started[r] = (unsigned *)v->seg[r], run->finished[r] = (unsigned *)(v->seg[r] + v->fin_at);
+    CU(cudaSetDevice(g->dev[d]));
+    CU(cudaMemcpy(run->fifo, v->fifo, sizeof(RxFifo) * (size_t)nf, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(v->dev[d].run, run, sizeof *run, cudaMemcpyHostToDevice));
+    free(run), v->dev[d].hrun = NULL;
+  }
+  free(v->fifo), v->fifo = NULL;
+  return resccl_success;
 }

@@ -1,0 +1,62 @@
+/*
+** transport_ipc.c — processes of one host reach each other's GPU memory:
+** each rank's segment of a plan's placement (variant.c) is exported with a
+** legacy CUDA IPC handle, the handles go round the group's exchange, and
+** every process opens its peers' once per plan load (closed at unload).
+** Legacy handles (cudaIpcGetMemHandle) rather than cuMem's shareable ones:
+** they name a cudaMalloc allocation in 64 plain bytes, which any exchange
+** carries, where a POSIX file descriptor needs a Unix socket between the
+** processes; tools/probes/probe-ipc.cu measured opening one at 47-248 us on
+** an H200 shared by 2 to 8 processes.
+*/
+#include <string.h>
+#include <unistd.h>
+
+#include "exchange.h"
+#include "transport.h"
+
+/* What a rank says of its segments: one per placement of the plan. */
+typedef struct {
+  int pid;
+  int nv;
+  size_t bytes[6];
+  void *base[6];
+  cudaIpcMemHandle_t h[6];
+} Share;
+
+resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t rc) {
+  if (!g->x) return rc; /* every segment is this process's */
+  Exchange *x = g->x;
+  int me = x->rank;
+  Share mine;
+  memset(&mine, 0, sizeof mine);
+  mine.pid = (int)getpid(), mine.nv = nv;
+  for (int k = 0; k < nv && rc == resccl_success; k++) {
+    mine.bytes[k] = vs[k]->seg_bytes[me], mine.base[k] = vs[k]->seg[me];
+    if (cudaSetDevice(g->comms[me].cudev) != cudaSuccess || cudaIpcGetMemHandle(&mine.h[k], vs[k]->seg[me]) != cudaSuccess)
+      rc = rt_fail(resccl_unhandled_cuda_error, "rank %d: cannot export its plan memory (cudaIpcGetMemHandle)", me);
+  }
+  Share *all = calloc((size_t)x->nranks, sizeof *all);
+  if (!all) rc = rc ? rc : rt_fail(resccl_system_error, "out of memory");
+  rc = ex_round(x, rc, &mine, sizeof mine, all, "plan load");
+  for (int r = 0; r < x->nranks && rc == resccl_success; r++) {
+    if (r == me) continue;
+    for (int k = 0; k < nv && rc == resccl_success; k++) {
+      Variant *v = vs[k];
+      if (all[r].nv != nv || all[r].bytes[k] != v->seg_bytes[r]) {
+        rc = rt_fail(resccl_invalid_usage, "rank %d laid out plan memory unlike rank %d (%zu bytes, not %zu): "
+                     "internal disagreement", r, me, all[r].bytes[k], v->seg_bytes[r]);
+      } else if (all[r].pid == mine.pid) { /* a rank of this process, on another thread */
+        v->seg[r] = all[r].base[k];
+      } else {
+        cudaError_t e = cudaIpcOpenMemHandle((void **)&v->seg[r], all[r].h[k], cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess)
+          rc = rt_fail(resccl_unhandled_cuda_error, "rank %d: cannot open rank %d's plan memory: %s", me, r,
+                       cudaGetErrorString(e));
+        else v->opened[r] = 1;
+      }
+    }
+  }
+  free(all);
+  return rc;
+}
