@@ -4,7 +4,8 @@
 ** processes of their own, each with its Exchange; then every fault a job
 ** can make (two ranks claiming one rank, counts or sizes that disagree, an
 ** id used twice, altered or made up, a rank that never comes, an interface
-** that does not exist) ends each rank's call with a named error, in time.
+** that does not exist) ends each rank's call with a named error, in time;
+** and ex_round (src/runtime/exchange.c) tells every rank which rank failed.
 */
 #include <pthread.h>
 #include <setjmp.h>
@@ -265,6 +266,72 @@ static void test_missing_rank(void **state) {
   check_failed(&r, 0, resccl_remote_error, "rank 0 left the communicator");
 }
 
+/* ex_round over the same exchange: one rank's failure, then two ranks',
+   then none. */
+typedef struct {
+  const BsId *id;
+  int rank;
+  resccl_result_t rc[3];
+  char err[3][1024];
+  int bad;
+} ExRank;
+
+static void *run_ex(void *arg) {
+  ExRank *e = arg;
+  Exchange *x;
+  if (bs_exchange(e->id, e->rank, 4, 10, &x)) {
+    e->bad = 1;
+    return NULL;
+  }
+  unsigned char mine[300], all[4 * 300 + 1];
+  for (int k = 0; k < 3; k++) {
+    resccl_result_t own = resccl_success;
+    if ((k == 0 && e->rank == 1) || (k == 1 && e->rank >= 2))
+      own = rt_fail(resccl_invalid_argument, "plan hash %x differs", 0x1234 + e->rank);
+    fill(mine, e->rank, k, sizeof mine);
+    memset(all, 0xEE, sizeof all);
+    e->rc[k] = ex_round(x, own, mine, sizeof mine, all, "loading plans");
+    snprintf(e->err[k], sizeof e->err[k], "%s", resccl_get_last_error());
+    if (k == 2 && !e->rc[k] && !table_ok(all, 4, k, sizeof mine)) e->bad = 2;
+  }
+  x->close(x);
+  return NULL;
+}
+
+static void test_ex_round(void **state) {
+  (void)state;
+  BsId id;
+  assert_int_equal(bs_serve(&id, 10), resccl_success);
+  ExRank e[4];
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) {
+    e[i] = (ExRank){.id = &id, .rank = i};
+    assert_int_equal(pthread_create(&t[i], NULL, run_ex, &e[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(e[i].bad, 0);
+    /* round 0: rank 1 failed */
+    if (i == 1) {
+      assert_int_equal(e[i].rc[0], resccl_invalid_argument);
+      assert_string_equal(e[i].err[0], "plan hash 1235 differs");
+    } else {
+      assert_int_equal(e[i].rc[0], resccl_remote_error);
+      assert_string_equal(e[i].err[0], "loading plans: rank 1 failed: plan hash 1235 differs");
+    }
+    /* round 1: ranks 2 and 3 failed; the others name the first */
+    if (i >= 2) {
+      assert_int_equal(e[i].rc[1], resccl_invalid_argument);
+      assert_non_null(strstr(e[i].err[1], i == 2 ? "1236" : "1237"));
+    } else {
+      assert_int_equal(e[i].rc[1], resccl_remote_error);
+      assert_string_equal(e[i].err[1], "loading plans: rank 2 failed: plan hash 1236 differs");
+    }
+    /* round 2: none failed, and the tables hold the payloads alone */
+    assert_int_equal(e[i].rc[2], resccl_success);
+  }
+}
+
 static void test_bad_ids(void **state) {
   (void)state;
   BsId id;
@@ -334,8 +401,8 @@ int main(void) {
   unsetenv("RESCCL_SOCKET_IFNAME"); /* loopback */
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_threads),    cmocka_unit_test(test_empty_payload), cmocka_unit_test(test_processes),
-    cmocka_unit_test(test_faults),     cmocka_unit_test(test_missing_rank),  cmocka_unit_test(test_bad_ids),
-    cmocka_unit_test(test_bad_calls),
+    cmocka_unit_test(test_faults),     cmocka_unit_test(test_ex_round),      cmocka_unit_test(test_missing_rank),
+    cmocka_unit_test(test_bad_ids),    cmocka_unit_test(test_bad_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
