@@ -1,12 +1,16 @@
 /*
 ** test_bootstrap.c — the rendezvous (src/runtime/bootstrap.c) over the
 ** loopback interface, no GPU: ranks as threads of this process and as
-** processes of their own, each with its Exchange; then every fault a job
-** can make (two ranks claiming one rank, counts or sizes that disagree, an
-** id used twice, altered or made up, a rank that never comes, an interface
-** that does not exist) ends each rank's call with a named error, in time;
-** and ex_round (src/runtime/exchange.c) tells every rank which rank failed.
+** processes of their own, each with its Exchange running several rounds of
+** different sizes; then every fault a job can make (two ranks claiming one
+** rank, counts or sizes that disagree, an id used twice, altered or made
+** up, a rank that never comes, a rank that leaves while others wait or
+** before they come, a process that ends, an interface that does not exist)
+** ends each rank's call with a named error, in time; the server ends once
+** every rank has left; and ex_round (src/runtime/exchange.c) tells every
+** rank which rank failed.
 */
+#include <dirent.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -138,6 +142,22 @@ static void test_threads(void **state) {
   }
 }
 
+/* Rounds of different sizes over the same connections, empty ones among them. */
+static void test_rounds(void **state) {
+  (void)state;
+  for (int nranks = 1; nranks <= 16; nranks *= 4) {
+    BsId id;
+    assert_int_equal(bs_serve(&id, 10), resccl_success);
+    Rank r[16];
+    for (int i = 0; i < nranks; i++) {
+      r[i] = mk(&id, i, nranks, 1000, 10);
+      r[i].rounds = 3, r[i].n[1] = 0, r[i].n[2] = 5000;
+    }
+    run_threads(r, nranks);
+    for (int i = 0; i < nranks; i++) check_ok(&r[i]);
+  }
+}
+
 static void test_empty_payload(void **state) {
   (void)state;
   BsId id;
@@ -148,7 +168,15 @@ static void test_empty_payload(void **state) {
   for (int i = 0; i < 3; i++) check_ok(&r[i]);
 }
 
-/* This process's threads. */
+/* This process's open descriptors and threads. */
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
 static int threads(void) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
@@ -211,6 +239,30 @@ static void test_processes(void **state) {
   for (int i = 0; i < 4; i++) assert_int_equal(st[i], 0);
 }
 
+/* Rank 2 ends its process after round 0, its Exchange left open; the
+   others, in round 1, learn that it left. */
+static Exchange *kept; /* rank 2's, open as its process ends (reachable: not a leak) */
+
+static int ends_early(int rank, const BsId *id) {
+  if (rank == 2) {
+    unsigned char mine[PAYLOAD], all[3 * PAYLOAD];
+    fill(mine, rank, 0, PAYLOAD);
+    return bs_exchange(id, rank, 3, 10, &kept) || kept->allgather(kept, mine, PAYLOAD, all) ? 1 : 0;
+  }
+  Rank r = mk(id, rank, 3, PAYLOAD, 10);
+  r.rounds = 2, r.n[1] = 8, r.pause_s = 0.2;
+  run_rank(&r);
+  if (r.failed_at != 1 || r.rc != resccl_remote_error) return 1;
+  return strstr(r.err, "rank 2 left the communicator") ? 0 : 2;
+}
+
+static void test_process_ends(void **state) {
+  (void)state;
+  int st[3];
+  run_processes(3, ends_early, st);
+  for (int i = 0; i < 3; i++) assert_int_equal(st[i], 0);
+}
+
 /* Two ranks that disagree in round k: both fail there with code and a
    message holding `says`. */
 static void both_refused(Rank a, Rank b, int k, resccl_result_t code, const char *says) {
@@ -264,6 +316,62 @@ static void test_missing_rank(void **state) {
   run_threads(&r, 1);
   assert_true(now_s() - t0 < 3);
   check_failed(&r, 0, resccl_remote_error, "rank 0 left the communicator");
+}
+
+/* Rank 1 leaves after round 0 while rank 0 waits in round 1: rank 0 learns
+   it at once, and its exchange is spent. */
+static void test_leave_waiting(void **state) {
+  (void)state;
+  BsId id;
+  assert_int_equal(bs_serve(&id, 10), resccl_success);
+  Rank r[2] = {mk(&id, 0, 2, PAYLOAD, 10), mk(&id, 1, 2, PAYLOAD, 10)};
+  r[0].rounds = 2, r[0].n[1] = 16;
+  r[1].linger_s = 0.3;
+  run_threads(r, 2);
+  check_ok(&r[1]);
+  check_failed(&r[0], 1, resccl_remote_error, "rank 1 left the communicator");
+  if (r[0].took > 1.5) fail_msg("rank 0 waited %.2f s for the news", r[0].took);
+  assert_int_equal(r[0].again, resccl_remote_error);
+  assert_non_null(strstr(r[0].err_again, "the exchange failed earlier: rank 1 left"));
+}
+
+/* Rank 2 leaves after round 0, before the others start round 1: theirs
+   fails at once. */
+static void test_leave_before(void **state) {
+  (void)state;
+  BsId id;
+  assert_int_equal(bs_serve(&id, 10), resccl_success);
+  Rank r[3];
+  for (int i = 0; i < 3; i++) r[i] = mk(&id, i, 3, PAYLOAD, 10), r[i].rounds = 2, r[i].n[1] = 100;
+  r[0].pause_s = r[1].pause_s = 0.3, r[2].rounds = 1;
+  double t0 = now_s();
+  run_threads(r, 3);
+  assert_true(now_s() - t0 < 3);
+  check_ok(&r[2]);
+  for (int i = 0; i < 2; i++) check_failed(&r[i], 1, resccl_remote_error, "rank 2 left the communicator");
+}
+
+/* Once every rank has closed, the server ends: its thread and sockets go,
+   and the id reaches no one. */
+static void test_server_ends(void **state) {
+  (void)state;
+  int fds0 = open_fds(), threads0 = threads();
+  BsId id;
+  assert_int_equal(bs_serve(&id, 10), resccl_success);
+  assert_int_equal(threads(), threads0 + 1);
+  Rank r[4];
+  for (int i = 0; i < 4; i++) r[i] = mk(&id, i, 4, 8, 10), r[i].rounds = 3, r[i].n[1] = 100, r[i].n[2] = 0;
+  run_threads(r, 4);
+  for (int i = 0; i < 4; i++) check_ok(&r[i]);
+  double t0 = now_s();
+  while ((open_fds() > fds0 || threads() > threads0) && now_s() - t0 < 2) sleep_s(0.01);
+  assert_true(open_fds() <= fds0);
+  assert_true(threads() <= threads0);
+  Rank late = mk(&id, 0, 4, 8, 10);
+  t0 = now_s();
+  run_threads(&late, 1);
+  assert_true(now_s() - t0 < 1);
+  check_failed(&late, 0, resccl_remote_error, "an id serves one communicator");
 }
 
 /* ex_round over the same exchange: one rank's failure, then two ranks',
@@ -397,12 +505,21 @@ static void test_bad_calls(void **state) {
   unsetenv("RESCCL_SOCKET_IFNAME");
 }
 
+/* Last: every server above has ended, none waits on. */
+static void test_all_ended(void **state) {
+  (void)state;
+  alone();
+}
+
 int main(void) {
   unsetenv("RESCCL_SOCKET_IFNAME"); /* loopback */
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test(test_threads),    cmocka_unit_test(test_empty_payload), cmocka_unit_test(test_processes),
-    cmocka_unit_test(test_faults),     cmocka_unit_test(test_ex_round),      cmocka_unit_test(test_missing_rank),
-    cmocka_unit_test(test_bad_ids),    cmocka_unit_test(test_bad_calls),
+    /* test_server_ends first: no other test's server is still running */
+    cmocka_unit_test(test_server_ends), cmocka_unit_test(test_threads),       cmocka_unit_test(test_rounds),
+    cmocka_unit_test(test_empty_payload), cmocka_unit_test(test_processes),   cmocka_unit_test(test_process_ends),
+    cmocka_unit_test(test_faults),      cmocka_unit_test(test_leave_waiting), cmocka_unit_test(test_leave_before),
+    cmocka_unit_test(test_ex_round),    cmocka_unit_test(test_missing_rank),  cmocka_unit_test(test_bad_ids),
+    cmocka_unit_test(test_bad_calls),   cmocka_unit_test(test_all_ended),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
