@@ -3,9 +3,9 @@
 ** multi-process communicators will use it: NPROC processes (forked before
 ** CUDA starts, each on GPU rank % ngpu) allocate a buffer, fill it, and
 ** trade cudaIpc handles through resccl's rendezvous (src/runtime/bootstrap.c,
-** over loopback); each opens every peer's buffer, reads it whole with a
-** kernel and checks it, then a second round keeps every buffer alive until
-** all have read. Prints per rank the time to open the peers' handles and
+** over loopback: one id, one Exchange a process); each opens every peer's
+** buffer, reads it whole with a kernel and checks it, then a second round
+** keeps every buffer alive until all have read. Prints per rank the time to open the peers' handles and
 ** what the reads moved.
 **   probe-ipc [NPROC [MiB]]      (default 4 processes, 256 MiB each)
 */
@@ -59,7 +59,7 @@ __global__ void read_check(unsigned *dst, const unsigned *src, size_t n, unsigne
   if (b) atomicAdd(bad, b);
 }
 
-static int run(int rank, int nproc, size_t bytes, const BsId *ids) {
+static int run(int rank, int nproc, size_t bytes, const BsId *id) {
   int ngpu = 0;
   CK(cudaGetDeviceCount(&ngpu));
   CK(cudaSetDevice(rank % ngpu));
@@ -74,7 +74,9 @@ static int run(int rank, int nproc, size_t bytes, const BsId *ids) {
   CK(cudaDeviceSynchronize());
   cudaIpcMemHandle_t h, *all = (cudaIpcMemHandle_t *)malloc(nproc * sizeof h);
   CK(cudaIpcGetMemHandle(&h, mine));
-  BS(bs_allgather(&ids[0], rank, nproc, &h, sizeof h, all, 60));
+  Exchange *x;
+  BS(bs_exchange(id, rank, nproc, 60, &x));
+  BS(x->allgather(x, &h, sizeof h, all));
   double open_s = 0, read_s = 0;
   for (int q = 0; q < nproc; q++) {
     if (q == rank) continue;
@@ -91,7 +93,8 @@ static int run(int rank, int nproc, size_t bytes, const BsId *ids) {
   unsigned long long wrong = 0;
   CK(cudaMemcpy(&wrong, bad, sizeof wrong, cudaMemcpyDeviceToHost));
   char done = 1, alldone[4096];
-  BS(bs_allgather(&ids[1], rank, nproc, &done, 1, alldone, 60)); /* peers may still be reading mine */
+  BS(x->allgather(x, &done, 1, alldone)); /* peers may still be reading mine */
+  x->close(x);
   printf("rank %d (GPU %d): opened %d peers' buffers in %.1f us each; read %.0f MiB each at %.1f GB/s; %llu wrong\n",
          rank, rank % ngpu, nproc - 1, nproc > 1 ? open_s / (nproc - 1) * 1e6 : 0, bytes / 1048576.0,
          nproc > 1 ? (nproc - 1) * bytes / read_s / 1e9 : 0, wrong);
@@ -113,18 +116,17 @@ int main(int argc, char **argv) {
     pid[i] = fork();
     if (pid[i] < 0) return perror("fork"), 1;
     if (pid[i] == 0) {
-      BsId ids[2];
-      if (read(fds[i][0], ids, sizeof ids) != (ssize_t)sizeof ids) _exit(3);
-      int rc = run(i, nproc, mib << 20, ids);
+      BsId id;
+      if (read(fds[i][0], &id, sizeof id) != (ssize_t)sizeof id) _exit(3);
+      int rc = run(i, nproc, mib << 20, &id);
       fflush(stdout); /* _exit flushes nothing */
       _exit(rc);
     }
   }
-  BsId ids[2];
-  BS(bs_serve(&ids[0], 120));
-  BS(bs_serve(&ids[1], 120));
+  BsId id;
+  BS(bs_serve(&id, 120));
   for (int i = 0; i < nproc; i++)
-    if (write(fds[i][1], ids, sizeof ids) != (ssize_t)sizeof ids) return perror("write"), 1;
+    if (write(fds[i][1], &id, sizeof id) != (ssize_t)sizeof id) return perror("write"), 1;
   int failed = 0;
   for (int i = 0; i < nproc; i++) {
     int st;
