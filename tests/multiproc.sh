@@ -4,6 +4,8 @@
 #   multiproc.sh RESCCL TEST_MULTIPROC [NPROC...]   check on each count of processes
 #                                                   (default 2 and 4), then faults on 2
 #                                                   and LOOP (default 1000) init/destroy
+# MODES (default "check faults loop") picks; WRAP runs the test under a tool
+# (compute-sanitizer --target-processes all ...).
 # Every rendezvous listens on the loopback interface. Exits 77 (skipped) where
 # there is no GPU.
 set -eu
@@ -25,11 +27,12 @@ plans() { # N: DIR/N holds the plans for N ranks
   "$bin" compile "$src/algorithms/allreduce_rd.lua" ranks="$1" --plan "$d/allreduce-other.plan"
   "$bin" compile "$src/algorithms/allreduce_ring.lua" ranks=$(($1 + 1)) --plan "$d/other-ranks.plan"
 }
+modes=${MODES:-check faults loop}
 for n in ${@:-2 4}; do
   plans "$n"
-  "$test" "$n" "$tmp/$n" check
+  case " $modes " in *" check "*) ${WRAP:-} "$test" "$n" "$tmp/$n" check ;; esac
 done
 [ -d "$tmp/2" ] || plans 2
 # The kernels are in the cache by now (RESCCL_CACHE): a wait of 3 s is ample for every round.
-RESCCL_TIMEOUT=3 "$test" 2 "$tmp/2" faults
-"$test" 2 "$tmp/2" loop "${LOOP:-1000}"
+case " $modes " in *" faults "*) RESCCL_TIMEOUT=3 ${WRAP:-} "$test" 2 "$tmp/2" faults ;; esac
+case " $modes " in *" loop "*) ${WRAP:-} "$test" 2 "$tmp/2" loop "${LOOP:-1000}" ;; esac

@@ -318,16 +318,21 @@ static void loop(int iters) {
   cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
   size_t free0 = 0, free1 = 0, total = 0;
   int fds0 = 0, threads0 = 0;
-  double t0 = now_s();
+  double t0 = now_s(), step[3] = {0, 0, 0}; /* init, plan load, destroy */
   for (int i = 1; i <= iters; i++) {
     if (i == 11) { /* after the first ten: caches and the CUDA runtime's own are settled */
       cudaMemGetInfo(&free0, &total);
       fds0 = count_dir("/proc/self/fd"), threads0 = count_dir("/proc/self/task");
     }
+    double t = now_s();
     resccl_comm_t c = join(i);
+    step[0] += now_s() - t, t = now_s();
     plan(c, "allgather.plan");
+    step[1] += now_s() - t;
     if (i % 100 == 0) CHECK(run_one(c, st, "allgather", 4099, 0, resccl_float32, resccl_sum) == 0, "call %d", i);
+    t = now_s();
     CHECK(resccl_comm_destroy(c) == resccl_success, "destroy %d", i);
+    step[2] += now_s() - t;
   }
   double took = now_s() - t0;
   usleep(200000); /* the last rendezvous thread ends once every rank has left */
@@ -335,10 +340,11 @@ static void loop(int iters) {
   int fds = count_dir("/proc/self/fd"), threads = count_dir("/proc/self/task");
   /* Other processes share the GPU: its free memory moves with theirs, by less than a plan's. */
   long long lost = ((long long)free0 - (long long)free1) >> 20;
-  CHECK(fds == fds0 && threads <= threads0 && lost < 64, "after %d: %d fds (were %d), %d threads (were %d), %lld MiB "
+  CHECK(fds <= fds0 && threads <= threads0 && lost < 64, "after %d: %d fds (were %d), %d threads (were %d), %lld MiB "
         "less free", iters, fds, fds0, threads, threads0, lost);
-  printf("rank %d: %d x (init, plan load, destroy) in %.1f s: fds %d -> %d, threads %d -> %d, GPU free %lld MiB less\n",
-         me, iters, took, fds0, fds, threads0, threads, lost);
+  printf("rank %d: %d x (init, plan load, destroy) in %.1f s (%.1f, %.1f, %.1f ms each): fds %d -> %d, threads %d -> "
+         "%d, GPU free %lld MiB less\n", me, iters, took, step[0] * 1e3 / iters, step[1] * 1e3 / iters,
+         step[2] * 1e3 / iters, fds0, fds, threads0, threads, lost);
 }
 
 int main(int argc, char **argv) {

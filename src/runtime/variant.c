@@ -93,9 +93,10 @@ static size_t seg_take(size_t *at, size_t bytes) {
 
 static resccl_result_t variant_layout(Variant *v, const RtConf *cf, const RxRun *run) {
   int n = v->pf.nranks, nf = v->pf.nconn * v->nslice;
-  v->seg_bytes = calloc((size_t)n, sizeof *v->seg_bytes);
-  v->seg = calloc((size_t)n, sizeof *v->seg);
-  v->opened = calloc((size_t)n, 1);
+  size_t ns = (size_t)(n > 0 ? n : 1); /* the reader checked: 1 to RX_MAXRANKS */
+  v->seg_bytes = calloc(ns, sizeof *v->seg_bytes);
+  v->seg = calloc(ns, sizeof *v->seg);
+  v->opened = calloc(ns, 1);
   v->fifo = calloc((size_t)nf + 1, sizeof *v->fifo);
   if (!v->seg_bytes || !v->seg || !v->opened || !v->fifo) return rt_fail(resccl_system_error, "out of memory");
   for (int r = 0; r < n; r++) {
