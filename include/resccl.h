@@ -89,6 +89,17 @@ typedef struct {
 } resccl_unique_id;
 resccl_result_t resccl_get_unique_id(resccl_unique_id *id);
 resccl_result_t resccl_comm_init_rank(resccl_comm_t *comm, int nranks, resccl_unique_id id, int rank);
+/* The same over a channel the program already has (an MPI or NCCL communicator, a store): what
+   the ranks trade at init, at every plan load and at destroy (a few KiB) goes through
+   ex->allgather, which puts n bytes of every rank's `mine` into `all` (rank r's at r * n),
+   called on every rank in the same order, and returns 0 on success. ex->close (may be NULL) is
+   called with ex->ctx when the communicator is destroyed, or when this call fails. */
+typedef struct {
+  void *ctx;
+  int (*allgather)(void *ctx, const void *mine, size_t n, void *all);
+  void (*close)(void *ctx);
+} resccl_exchange_t;
+resccl_result_t resccl_comm_init_rank_exchange(resccl_comm_t *comm, int nranks, int rank, const resccl_exchange_t *ex);
 /* Stop comm's collectives at once, on every rank of its group (their kernels give up and
    resccl_comm_get_async_error reports resccl_remote_error), then destroy it. */
 resccl_result_t resccl_comm_abort(resccl_comm_t comm);

@@ -6,7 +6,9 @@
 #    resccl's plans; fp8 and f16 all-reduces (no kernels for them) left to NCCL.
 # 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
 #    no plan fits (none has one rank) and NCCL runs them, checked the same.
-# Both with communicators of ncclCommInitAll and of ncclCommInitRank in a group.
+# Both with communicators of ncclCommInitAll, of ncclCommInitRank in a group, and of
+# ncclCommInitRank in a process per rank (resccl's ranks trade through NCCL's communicator; under
+# NCCL itself on two GPUs or more only: NCCL refuses two processes on one GPU).
 # Exits 77 (skipped) where there is no GPU.
 set -eu
 bin=$1 shim=$2 test=$3 fake=$4
@@ -41,12 +43,18 @@ expect() {
   [ "$n" = "$2" ] || { cat "$tmp/$1.log"; echo "nccl.sh: '$3' on $n lines of $1, not $2"; exit 1; }
 }
 plans2=$(plans 2)
-# communicators of ncclCommInitAll, then of ncclCommInitRank in a group
-for how in all rank; do
+# communicators of ncclCommInitAll, of ncclCommInitRank in a group, and of one a process
+for how in all rank proc; do
   LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake-$how 2 virtual $how
-  expect fake-$how 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
+  if [ $how = proc ]; then
+    expect fake-$how 2 'resccl-nccl: rank [01] of 2, one per process: resccl runs its plans'
+  else
+    expect fake-$how 1 'resccl-nccl: 2 ranks: resccl runs allreduce allgather reducescatter'
+  fi
   expect fake-$how 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
-  if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+  if [ $how = proc ] && [ "$ngpu" -lt 2 ]; then
+    echo "one GPU: NCCL itself refuses a process per rank on it; skipped"
+  elif ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
     echo "no libnccl.so.2 on this machine: the runs under NCCL itself are skipped"
   elif [ "$ngpu" -ge 2 ]; then
     n=$([ "$ngpu" -gt 8 ] && echo 8 || echo "$ngpu") # test_nccl's most

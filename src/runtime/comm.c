@@ -184,6 +184,49 @@ resccl_result_t resccl_comm_init_rank(resccl_comm_t *comm, int nranks, resccl_un
   return comm_join(comm, x, dev);
 }
 
+/* A program's own exchange (resccl_exchange_t) as the group's. */
+typedef struct {
+  Exchange x;
+  resccl_exchange_t ex;
+  int broken; /* a round failed: the ranks may no longer agree on the rounds */
+} Theirs;
+
+static resccl_result_t theirs_allgather(Exchange *x, const void *mine, size_t n, void *all) {
+  Theirs *t = (Theirs *)x;
+  if (t->broken) return rt_fail(resccl_remote_error, "the program's exchange failed earlier");
+  if (t->ex.allgather(t->ex.ctx, mine, n, all))
+    return t->broken = 1, rt_fail(resccl_remote_error, "rank %d: the program's exchange failed", x->rank);
+  return resccl_success;
+}
+
+static void theirs_close(Exchange *x) {
+  Theirs *t = (Theirs *)x;
+  if (t->ex.close) t->ex.close(t->ex.ctx);
+  free(t);
+}
+
+resccl_result_t resccl_comm_init_rank_exchange(resccl_comm_t *comm, int nranks, int rank, const resccl_exchange_t *ex) {
+  if (!comm || !ex || !ex->allgather)
+    return rt_fail(resccl_invalid_argument, "resccl_comm_init_rank_exchange: comm, ex or ex->allgather is NULL");
+  *comm = NULL;
+  resccl_result_t rc = resccl_success;
+  if (nranks < 1 || nranks > RX_MAXRANKS || rank < 0 || rank >= nranks)
+    rc = rt_fail(resccl_invalid_argument, "resccl_comm_init_rank_exchange: rank %d of %d ranks (1 to %d ranks)", rank,
+                 nranks, RX_MAXRANKS);
+  int dev = -1;
+  if (rc == resccl_success && (cudaGetDevice(&dev) != cudaSuccess || cudaFree(0) != cudaSuccess))
+    rc = rt_fail(resccl_unhandled_cuda_error, "resccl_comm_init_rank_exchange: no current CUDA device");
+  if (rc == resccl_success) rc = drv_open();
+  Theirs *t = rc == resccl_success ? calloc(1, sizeof *t) : NULL;
+  if (rc == resccl_success && !t) rc = rt_fail(resccl_system_error, "out of memory");
+  if (rc != resccl_success) {
+    if (ex->close) ex->close(ex->ctx);
+    return rc;
+  }
+  *t = (Theirs){{rank, nranks, theirs_allgather, theirs_close}, *ex, 0};
+  return comm_join(comm, &t->x, dev);
+}
+
 resccl_result_t resccl_comm_count(resccl_comm_t c, int *n) {
   if (!c || !n) return rt_fail(resccl_invalid_argument, "null argument");
   return *n = c->g->n, resccl_success;

@@ -4,7 +4,8 @@
 ** interposes on ncclCommInitAll, which also makes resccl communicators for
 ** the same GPUs and loads the plans RESCCL_NCCL_PLANS names (as do
 ** ncclCommInitRank and ncclCommInitRankConfig, for a group's complete sets
-** of ranks); on
+** of ranks, and for ranks made one per process or thread, which trade what
+** resccl's communicator needs through NCCL's own: exchange below); on
 ** ncclAllReduce, ncclAllGather and ncclReduceScatter, which run on resccl
 ** where it has what the call needs (on_resccl), else on NCCL; and on the
 ** group, destroy and last-error calls that must see both. The communicators the program holds are NCCL's own, so
@@ -93,6 +94,7 @@ typedef struct {
   ncclComm_t nccl;
   resccl_comm_t ours;
   int rank, planned[NCOLL]; /* a plan is loaded for the collective */
+  int apart;                /* ours trades through nccl: it goes before NCCL's */
   long on_resccl, on_nccl;  /* calls given to each, reported at destroy */
 } Pair;
 
@@ -147,6 +149,91 @@ static ncclResult_t from_resccl(resccl_result_t rc) {
   return code(rc);
 }
 
+/* ------------------------------------------------------------ exchange */
+
+/* The CUDA driver, for the device buffers NCCL's all-gather needs (the
+   shim links no CUDA runtime of its own), loaded on first use. */
+static struct {
+  int (*ctx_get)(void **), (*ctx_push)(void *), (*ctx_pop)(void **), (*primary)(void **, int);
+  int (*alloc)(unsigned long long *, size_t), (*free)(unsigned long long);
+  int (*htod)(unsigned long long, const void *, size_t), (*dtoh)(void *, unsigned long long, size_t);
+  int (*stream_new)(void **, unsigned), (*stream_sync)(void *), (*stream_free)(void *);
+} cu;
+static int cu_ok;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+static void cu_load(void) {
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  static const char *const names[] = {"cuCtxGetCurrent", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2",
+                                      "cuDevicePrimaryCtxRetain", "cuMemAlloc_v2", "cuMemFree_v2",
+                                      "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuStreamCreate",
+                                      "cuStreamSynchronize", "cuStreamDestroy_v2"};
+  cu_ok = h != NULL;
+  for (size_t i = 0; cu_ok && i < sizeof names / sizeof *names; i++) {
+    void *f = dlsym(h, names[i]);
+    cu_ok = f != NULL;
+    memcpy((char *)&cu + i * sizeof f, &f, sizeof f);
+  }
+}
+
+/* One rank's exchange over its NCCL communicator: rounds are all-gathers of
+   bytes on a stream of its own, in the context the communicator was made in. */
+typedef struct {
+  ncclComm_t comm;
+  int nranks;
+  void *ctx, *stream;
+  unsigned long long buf; /* (nranks + 1) * cap bytes: every rank's, then this one's */
+  size_t cap;
+} Xnccl;
+
+static int xnccl_allgather(void *arg, const void *mine, size_t n, void *all) {
+  Xnccl *x = arg;
+  if (!n) return 0;
+  void *popped;
+  if (cu.ctx_push(x->ctx)) return -1;
+  int bad = 0;
+  if (n > x->cap) {
+    if (x->buf) cu.free(x->buf), x->buf = 0;
+    bad = cu.alloc(&x->buf, (size_t)(x->nranks + 1) * n) != 0;
+    x->cap = bad ? 0 : n;
+  }
+  unsigned long long at = x->buf + (size_t)x->nranks * n;
+  bad = bad || cu.htod(at, mine, n) ||
+        nccl.AllGather((void *)at, (void *)x->buf, n, ncclUint8, x->comm, (cudaStream_t)x->stream) != ncclSuccess ||
+        cu.stream_sync(x->stream) || cu.dtoh(all, x->buf, (size_t)x->nranks * n);
+  cu.ctx_pop(&popped);
+  return bad ? -1 : 0;
+}
+
+static void xnccl_close(void *arg) {
+  Xnccl *x = arg;
+  void *popped;
+  if (!cu.ctx_push(x->ctx)) {
+    if (x->buf) cu.free(x->buf);
+    cu.stream_free(x->stream);
+    cu.ctx_pop(&popped);
+  }
+  free(x);
+}
+
+/* A resccl communicator beside rank `rank` of NCCL's comm, made in the current context, whose ranks trade
+   through comm; NULL where that fails (said on stderr). */
+static resccl_comm_t join_through(ncclComm_t comm, int nranks, int rank) {
+  pthread_once(&cu_once, cu_load);
+  Xnccl *x = cu_ok ? calloc(1, sizeof *x) : NULL;
+  if (!x || cu.ctx_get(&x->ctx) || !x->ctx || cu.stream_new(&x->stream, 1 /* non-blocking */)) {
+    fprintf(stderr, "resccl-nccl: rank %d: no CUDA context or stream for the exchange: NCCL runs every call\n", rank);
+    free(x);
+    return NULL;
+  }
+  x->comm = comm, x->nranks = nranks;
+  resccl_exchange_t ex = {x, xnccl_allgather, xnccl_close};
+  resccl_comm_t ours = NULL;
+  if (resccl_comm_init_rank_exchange(&ours, nranks, rank, &ex) != resccl_success)
+    fprintf(stderr, "resccl-nccl: rank %d: NCCL runs every call: %s\n", rank, resccl_get_last_error());
+  return ours;
+}
+
 /* ------------------------------------------------------------ init, destroy */
 
 /* Load every plan of RESCCL_NCCL_PLANS (paths separated by ':') on ours;
@@ -161,6 +248,24 @@ static int load_plans(resccl_comm_t *ours, const char *list) {
   }
   free(copy);
   return loaded;
+}
+
+/* Stand ours beside nccl in the table; 0 when out of memory. */
+static int pair_new(ncclComm_t theirs, resccl_comm_t ours, int rank, int apart) {
+  Pair *p = malloc(sizeof *p);
+  if (!p) return 0;
+  *p = (Pair){.nccl = theirs, .ours = ours, .rank = rank, .apart = apart};
+  for (int c = 0; c < NCOLL; c++) {
+    int blocks;
+    p->planned[c] = resccl_plan_blocks(ours, coll_names[c], &blocks) == resccl_success;
+  }
+  if (!add(p)) return free(p), 0;
+  return 1;
+}
+
+static int plans_named(void) {
+  const char *plans = getenv("RESCCL_NCCL_PLANS");
+  return plans && *plans;
 }
 
 /* Make resccl communicators beside NCCL's comms[0..n-1], rank r on GPU
@@ -180,18 +285,7 @@ static void pair_up(ncclComm_t *comms, int n, const int *devs) {
     return free(ours);
   }
   int added = 0;
-  for (; added < n; added++) {
-    Pair *p = malloc(sizeof *p);
-    if (p) *p = (Pair){.nccl = comms[added], .ours = ours[added], .rank = added};
-    for (int c = 0; p && c < NCOLL; c++) {
-      int blocks;
-      p->planned[c] = resccl_plan_blocks(ours[added], coll_names[c], &blocks) == resccl_success;
-    }
-    if (!p || !add(p)) {
-      free(p);
-      break;
-    }
-  }
+  while (added < n && pair_new(comms[added], ours[added], added, 0)) added++;
   if (added < n) { /* all ranks or none */
     fprintf(stderr, "resccl-nccl: out of memory: NCCL runs every call\n");
     for (int r = 0; r < n; r++) free(take(comms[r])), resccl_comm_destroy(ours[r]);
@@ -203,6 +297,20 @@ static void pair_up(ncclComm_t *comms, int n, const int *devs) {
     fprintf(stderr, "\n");
   }
   free(ours);
+}
+
+/* The same for rank `rank` of NCCL's comm, made alone (its other ranks
+   are other processes or threads): resccl's communicator trades through
+   comm (join_through). */
+static void pair_one(ncclComm_t comm, int nranks, int rank) {
+  const char *plans = getenv("RESCCL_NCCL_PLANS");
+  resccl_comm_t ours = join_through(comm, nranks, rank);
+  if (!ours) return;
+  if (load_plans(&ours, plans) == 0 || !pair_new(comm, ours, rank, 1)) {
+    resccl_comm_destroy(ours);
+    return;
+  }
+  if (info()) fprintf(stderr, "resccl-nccl: rank %d of %d, one per process: resccl runs its plans\n", rank, nranks);
 }
 
 EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
@@ -238,14 +346,52 @@ static void remember(ncclComm_t *comm, ncclUniqueId id, int nranks, int rank) {
   pending[npending++] = (Pending){comm, id, nranks, rank};
 }
 
+/* Whether every rank of an id was made alone (one per process or thread),
+   asked of every rank through NCCL, since all must go the same way: q[0..k)
+   are the ranks of it this thread made, not all of them. Each tells the
+   others k, in a group of all-gathers on the legacy stream of the primary
+   context of its GPU. */
+static int made_alone(Pending *const *q, int k) {
+  pthread_once(&cu_once, cu_load);
+  int n = q[0]->nranks, alone = cu_ok;
+  void **ctx = calloc((size_t)k, sizeof *ctx), *popped;
+  unsigned long long *buf = calloc((size_t)k, sizeof *buf);
+  int *all = calloc((size_t)n, sizeof *all);
+  for (int i = 0; alone && i < k; i++) {
+    int dev = 0;
+    alone = ctx && buf && all && nccl.CommCuDevice(*q[i]->comm, &dev) == ncclSuccess && !cu.primary(&ctx[i], dev) &&
+            !cu.ctx_push(ctx[i]) && !cu.alloc(&buf[i], sizeof(int) * (size_t)(n + 1)) &&
+            !cu.htod(buf[i] + sizeof(int) * (size_t)n, &k, sizeof k);
+    if (ctx && ctx[i]) cu.ctx_pop(&popped);
+  }
+  if (alone && nccl.GroupStart() == ncclSuccess) {
+    for (int i = 0; i < k; i++)
+      alone &= nccl.AllGather((void *)(buf[i] + sizeof(int) * (size_t)n), (void *)buf[i], sizeof(int), ncclUint8,
+                              *q[i]->comm, NULL) == ncclSuccess;
+    alone &= nccl.GroupEnd() == ncclSuccess;
+  }
+  for (int i = 0; i < k && ctx && buf; i++) {
+    if (!ctx[i] || cu.ctx_push(ctx[i])) continue;
+    if (buf[i]) {
+      alone = alone && !cu.stream_sync(NULL) && !cu.dtoh(all, buf[i], sizeof(int) * (size_t)n);
+      cu.free(buf[i]);
+    }
+    cu.ctx_pop(&popped);
+  }
+  for (int r = 0; alone && r < n; r++) alone = all[r] == 1;
+  free(ctx), free(buf), free(all);
+  return alone;
+}
+
 /* Pair every complete set of pending ranks (the n ranks of one id, each
-   once; a set is paired at its first rank), then forget them all. */
+   once; a set is paired at its first rank), and every rank made alone
+   where all of its id's were (made_alone), then forget them all. */
 static void settle(int ok) {
   for (int i = 0; ok && i < npending; i++) {
     const Pending *a = &pending[i];
     int n = a->nranks, seen = 0, first = 1;
     for (int j = 0; j < i && first; j++) first = memcmp(&pending[j].id, &a->id, sizeof a->id) != 0;
-    if (!first || n < 1 || n > npending) continue;
+    if (!first || n < 1) continue;
     ncclComm_t *comms = calloc((size_t)n, sizeof *comms);
     int *devs = calloc((size_t)n, sizeof *devs);
     for (int j = i; comms && devs && j < npending; j++) {
@@ -256,6 +402,13 @@ static void settle(int ok) {
     }
     if (seen == n) pair_up(comms, n, devs);
     free(comms), free(devs);
+    if (seen == n || seen == 0 || n < 2 || !plans_named()) continue;
+    Pending **mine = calloc((size_t)seen, sizeof *mine);
+    int k = 0;
+    for (int j = i; mine && j < npending; j++)
+      if (!memcmp(&pending[j].id, &a->id, sizeof a->id) && pending[j].nranks == n) mine[k++] = &pending[j];
+    if (mine && k == seen && made_alone(mine, k) && k == 1) pair_one(*mine[0]->comm, n, mine[0]->rank);
+    free(mine);
   }
   free(pending);
   pending = NULL, npending = cappending = 0;
@@ -279,23 +432,23 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
   return rc;
 }
 
-/* Forget comm's pair and destroy its resccl communicator, once NCCL's is
-   gone (an abort ends NCCL's kernels first). */
-static ncclResult_t drop(ncclComm_t comm, ncclResult_t (*end)(ncclComm_t)) {
+/* Forget comm's pair and destroy (or abort) its resccl communicator, once
+   NCCL's is gone (an abort ends NCCL's kernels first). */
+static ncclResult_t drop(ncclComm_t comm, int abort) {
   Pair *p = take(comm);
-  ncclResult_t rc = end(comm);
+  /* A pair that trades through NCCL's communicator says goodbye through it: resccl's goes first. */
+  if (p && p->apart) abort ? resccl_comm_abort(p->ours) : resccl_comm_destroy(p->ours);
+  ncclResult_t rc = abort ? nccl.CommAbort(comm) : nccl.CommDestroy(comm);
   if (!p) return rc;
   if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls to resccl, %ld to NCCL\n", p->rank, p->on_resccl, p->on_nccl);
-  resccl_comm_destroy(p->ours);
+  if (!p->apart) abort ? resccl_comm_abort(p->ours) : resccl_comm_destroy(p->ours);
   free(p);
   return rc;
 }
 
-EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  return nccl_ready() ? ncclSystemError : drop(comm, nccl.CommDestroy);
-}
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return nccl_ready() ? ncclSystemError : drop(comm, 0); }
 
-EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return nccl_ready() ? ncclSystemError : drop(comm, nccl.CommAbort); }
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return nccl_ready() ? ncclSystemError : drop(comm, 1); }
 
 /* NCCL's asynchronous error, else resccl's (a timed-out collective). */
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {

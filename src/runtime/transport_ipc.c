@@ -48,6 +48,12 @@ resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t 
                      "internal disagreement", r, me, all[r].bytes[k], v->seg_bytes[r]);
       } else if (all[r].pid == mine.pid) { /* a rank of this process, on another thread */
         v->seg[r] = all[r].base[k];
+        int peer = g->comms[r].cudev;
+        cudaError_t e = peer == g->comms[me].cudev ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          rc = rt_fail(resccl_invalid_usage, "rank %d: GPU %d cannot reach rank %d's GPU %d (no peer access)", me,
+                       g->comms[me].cudev, r, peer);
+        cudaGetLastError();
       } else {
         cudaError_t e = cudaIpcOpenMemHandle((void **)&v->seg[r], all[r].h[k], cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess)
