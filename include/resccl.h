@@ -2,7 +2,9 @@
 ** resccl.h — the GPU runtime's C API (libresccl), shaped like NCCL's.
 **
 ** A communicator is one rank on one GPU. resccl_comm_init_all makes one per
-** GPU of this process (a device may appear more than once: virtual ranks).
+** GPU of this process (a device may appear more than once: virtual ranks);
+** resccl_comm_init_rank makes one rank of a group whose ranks are processes
+** of one host, as ncclCommInitRank does (there plan loads are collective).
 ** A plan is a compiled collective (`resccl compile ALG.lua --plan FILE`):
 ** kernel source plus the connections it needs. Loading a plan on a
 ** communicator loads it for every communicator of the same init_all call,

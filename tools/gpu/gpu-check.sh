@@ -1,6 +1,7 @@
 #!/bin/sh
 # On a GPU machine: build resccl and libresccl, run the C API tests (CTest
-# label gpu), every shipped algorithm and every dtype x op on the GPUs
+# label gpu; communicators of one rank per process on their own, and under
+# compute-sanitizer), every shipped algorithm and every dtype x op on the GPUs
 # (virtual ranks on one GPU, and spread over all of them) checked against the
 # reference, compute-sanitizer on a small case, then what blocks push to the
 # peer (tools/probes/probe-push.cu), what reading the peer's input gives (tools/probes/probe-pull.cu),
@@ -32,7 +33,16 @@ fail=0
 export RESCCL_CACHE="$out/cache" # every kernel built by NVRTC in this run
 # The runtime's C API: the collectives on every GPU, then 4 ranks sharing them.
 if [ "${CHECKS:-1}" = 1 ]; then
-  (cd build-gpu && ctest -L gpu --output-on-failure) >"$out/ctest-gpu.txt" 2>&1 || fail=1
+  (cd build-gpu && ctest -L gpu -E gpu_multiproc --output-on-failure) >"$out/ctest-gpu.txt" 2>&1 || fail=1
+  # One rank per process (tests/multiproc.sh): 2 and 4 processes sharing the GPUs, the faults,
+  # 1000 init/destroy; then 2 processes under compute-sanitizer.
+  tests/multiproc.sh "$bin" build-gpu/tests/test_multiproc >"$out/multiproc.txt" 2>&1 || fail=1
+  printf '%-44s %s\n' "one rank per process, 2 and 4 processes" "$(tail -1 "$out/multiproc.txt")"
+  if command -v compute-sanitizer >/dev/null; then
+    MODES=check WRAP="compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9" \
+      tests/multiproc.sh "$bin" build-gpu/tests/test_multiproc 2 >"$out/sanitizer-multiproc.txt" 2>&1 || fail=1
+    printf '%-44s %s\n' "compute-sanitizer memcheck, 2 processes" "$(grep -E 'ERROR SUMMARY' "$out/sanitizer-multiproc.txt" | tail -1)"
+  fi
   RANKS=4 tests/runtime.sh "$bin" build-gpu/tests/test_runtime run >"$out/runtime-r4.txt" 2>&1 || fail=1
   printf '%-44s %s\n' "C API, $ngpu GPUs (ctest -L gpu)" "$(grep -E 'tests passed|tests failed' "$out/ctest-gpu.txt" | tail -1 | cut -c1-60)"
   printf '%-44s %s\n' "C API, 4 ranks on $ngpu GPUs" "$(tail -1 "$out/runtime-r4.txt")"
