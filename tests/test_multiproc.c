@@ -154,6 +154,7 @@ static size_t run_one(resccl_comm_t c, cudaStream_t st, const char *coll, size_t
   else if (inplace && rs) src = in, dst = in + (size_t)me * count * es;
   else if (inplace) src = dst = out;
   cudaMemcpy(src, host, in_n * es, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize(); /* the copies and sets, on the legacy stream, before the call's non-blocking one */
   resccl_result_t rc;
   if (!strcmp(coll, "allreduce")) rc = resccl_all_reduce(src, dst, count, t, op, c, st);
   else if (ag) rc = resccl_all_gather(src, dst, count, t, c, st);
