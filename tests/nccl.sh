@@ -6,9 +6,10 @@
 #    resccl's plans; fp8 and f16 all-reduces (no kernels for them) left to NCCL.
 # 2. Under NCCL itself, on every GPU: with two or more, resccl runs every call; with one,
 #    no plan fits (none has one rank) and NCCL runs them, checked the same.
-# Both with communicators of ncclCommInitAll, of ncclCommInitRank in a group, and of
+# Each with communicators of ncclCommInitAll, of ncclCommInitRank in a group, and of
 # ncclCommInitRank in a process per rank (resccl's ranks trade through NCCL's communicator; under
-# NCCL itself on two GPUs or more only: NCCL refuses two processes on one GPU).
+# NCCL itself on two GPUs or more only: NCCL refuses two processes on one GPU). Then under the fake
+# NCCL with RESCCL_NCCL_PLANS unset: resccl's default plans.
 # Exits 77 (skipped) where there is no GPU.
 set -eu
 bin=$1 shim=$2 test=$3 fake=$4
@@ -66,4 +67,10 @@ for how in all rank proc; do
     expect nccl-$how 0 'calls to resccl'
   fi
 done
+# RESCCL_NCCL_PLANS unset: resccl's own ring plans, compiled once by the CLI beside the shim into
+# the plan cache, a process per rank.
+LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 run fake-default 2 virtual proc
+expect fake-default 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
+n=$(ls "${RESCCL_CACHE:-$HOME/.cache/resccl}"/plans/*_ring-r2-*.plan | wc -l)
+[ "$n" -ge 3 ] || { echo "nccl.sh: $n default plans cached, not 3"; exit 1; }
 echo "nccl.sh: passed"

@@ -14,11 +14,16 @@
 */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -149,6 +154,106 @@ static ncclResult_t from_resccl(resccl_result_t rc) {
   return code(rc);
 }
 
+/* ------------------------------------------------------------ plans */
+
+extern char **environ;
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Run `resccl compile ALG ranks=N --plan OUT` (bin), its output dropped and
+   LD_PRELOAD left out of its environment; 0 when it succeeded. */
+static int compile(const char *bin, const char *alg, int n, const char *out) {
+  char ranks[32];
+  snprintf(ranks, sizeof ranks, "ranks=%d", n);
+  char *argv[] = {(char *)bin, "compile", (char *)alg, ranks, "--plan", (char *)out, NULL};
+  int ne = 0;
+  while (environ[ne]) ne++;
+  char **envp = calloc((size_t)ne + 1, sizeof *envp);
+  if (!envp) return -1;
+  for (int i = 0, k = 0; i < ne; i++)
+    if (strncmp(environ[i], "LD_PRELOAD=", 11)) envp[k++] = environ[i];
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int st = -1, rc = posix_spawn(&pid, bin, &fa, NULL, argv, envp);
+  posix_spawn_file_actions_destroy(&fa);
+  free(envp);
+  if (rc == 0 && waitpid(pid, &st, 0) != pid) st = -1;
+  return rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* resccl's own plans for n ranks, where RESCCL_NCCL_PLANS is unset: the
+   ring all-reduce, all-gather and reduce-scatter, compiled by the resccl
+   CLI beside this library (RESCCL_BIN names another) into the plan cache
+   ($RESCCL_CACHE or ~/.cache/resccl, under plans/), once per CLI and
+   algorithm; a list as RESCCL_NCCL_PLANS holds them, or NULL (said on
+   stderr). */
+static char *default_plans(int n) {
+  static const char *const algs[] = {"allreduce_ring", "allgather_ring", "reducescatter_ring"};
+  Dl_info self;
+  char here[4096], bin[4200], algdir[4200], cache[4096];
+  if (!dladdr((void *)default_plans, &self) || !self.dli_fname) return NULL;
+  snprintf(here, sizeof here, "%s", self.dli_fname);
+  char *slash = strrchr(here, '/');
+  if (slash) *slash = '\0';
+  else snprintf(here, sizeof here, ".");
+  /* installed (<prefix>/lib beside <prefix>/bin and <prefix>/share), else the build tree */
+  const char *env = getenv("RESCCL_BIN");
+  snprintf(bin, sizeof bin, "%s/../bin/resccl", here);
+  if (env && *env) snprintf(bin, sizeof bin, "%s", env);
+  else if (access(bin, X_OK)) snprintf(bin, sizeof bin, "%s/resccl", here);
+  snprintf(algdir, sizeof algdir, "%s/../%s", here, RESCCL_ALGORITHMS_INSTALL);
+  if (!is_dir(algdir)) snprintf(algdir, sizeof algdir, "%s", RESCCL_ALGORITHMS_BUILD);
+  const char *dir = getenv("RESCCL_CACHE"), *home = getenv("HOME");
+  int len = dir && *dir ? snprintf(cache, sizeof cache, "%s/plans", dir)
+            : home && *home ? snprintf(cache, sizeof cache, "%s/.cache/resccl/plans", home) : -1;
+  struct stat sb, sa;
+  if (len < 0 || (size_t)len >= sizeof cache || stat(bin, &sb)) {
+    fprintf(stderr, "resccl-nccl: no plan cache or no resccl CLI (%s): NCCL runs every call\n", bin);
+    return NULL;
+  }
+  for (char *p = cache + 1; *p; p++)
+    if (*p == '/') *p = '\0', mkdir(cache, 0755), *p = '/';
+  mkdir(cache, 0755);
+  size_t cap = 3 * (sizeof cache + 96);
+  char *list = calloc(1, cap);
+  for (int i = 0; list && i < 3; i++) {
+    char alg[4400], path[4200], tmp[4300];
+    snprintf(alg, sizeof alg, "%s/%s.lua", algdir, algs[i]);
+    if (stat(alg, &sa)) {
+      fprintf(stderr, "resccl-nccl: %s: not found: NCCL runs every call\n", alg);
+      return free(list), NULL;
+    }
+    /* a new CLI or algorithm file makes a new plan */
+    unsigned long long key = (unsigned long long)sb.st_size * 1000003u ^ (unsigned long long)sb.st_mtim.tv_sec * 31 ^
+                             (unsigned long long)sb.st_mtim.tv_nsec ^ (unsigned long long)sa.st_size << 32 ^
+                             (unsigned long long)sa.st_mtim.tv_sec * 7;
+    snprintf(path, sizeof path, "%s/%s-r%d-%016llx.plan", cache, algs[i], n, key);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    if (access(path, R_OK) && (compile(bin, alg, n, tmp) || rename(tmp, path))) {
+      fprintf(stderr, "resccl-nccl: %s compile %s ranks=%d failed: NCCL runs every call\n", bin, alg, n);
+      unlink(tmp);
+      return free(list), NULL;
+    }
+    if (i) strcat(list, ":");
+    strcat(list, path);
+  }
+  return list;
+}
+
+/* The plans for n ranks: RESCCL_NCCL_PLANS (`none`: none at all), else
+   resccl's own; malloc'd, or NULL. */
+static char *plans_for(int n) {
+  const char *env = getenv("RESCCL_NCCL_PLANS");
+  if (env && !strcmp(env, "none")) return NULL;
+  if (env && *env) return strdup(env);
+  return n >= 2 ? default_plans(n) : NULL;
+}
+
 /* ------------------------------------------------------------ exchange */
 
 /* The CUDA driver, for the device buffers NCCL's all-gather needs (the
@@ -263,24 +368,20 @@ static int pair_new(ncclComm_t theirs, resccl_comm_t ours, int rank, int apart) 
   return 1;
 }
 
-static int plans_named(void) {
-  const char *plans = getenv("RESCCL_NCCL_PLANS");
-  return plans && *plans;
-}
-
 /* Make resccl communicators beside NCCL's comms[0..n-1], rank r on GPU
    devs[r], and load the plans on them; where that fails, NCCL runs every
    call of these comms. */
 static void pair_up(ncclComm_t *comms, int n, const int *devs) {
-  const char *plans = getenv("RESCCL_NCCL_PLANS");
-  if (!plans || !*plans) return;
-  resccl_comm_t *ours = calloc((size_t)n, sizeof *ours);
-  if (!ours) return;
+  char *plans = plans_for(n);
+  resccl_comm_t *ours = plans ? calloc((size_t)n, sizeof *ours) : NULL;
+  if (!ours) return free(plans);
   if (resccl_comm_init_all(ours, n, devs) != resccl_success) {
     fprintf(stderr, "resccl-nccl: NCCL runs every call: %s\n", resccl_get_last_error());
-    return free(ours);
+    return free(plans), free(ours);
   }
-  if (load_plans(ours, plans) == 0) {
+  int loaded = load_plans(ours, plans);
+  free(plans);
+  if (loaded == 0) {
     for (int r = 0; r < n; r++) resccl_comm_destroy(ours[r]);
     return free(ours);
   }
@@ -302,8 +403,7 @@ static void pair_up(ncclComm_t *comms, int n, const int *devs) {
 /* The same for rank `rank` of NCCL's comm, made alone (its other ranks
    are other processes or threads): resccl's communicator trades through
    comm (join_through). */
-static void pair_one(ncclComm_t comm, int nranks, int rank) {
-  const char *plans = getenv("RESCCL_NCCL_PLANS");
+static void pair_one(ncclComm_t comm, int nranks, int rank, const char *plans) {
   resccl_comm_t ours = join_through(comm, nranks, rank);
   if (!ours) return;
   if (load_plans(&ours, plans) == 0 || !pair_new(comm, ours, rank, 1)) {
@@ -346,14 +446,14 @@ static void remember(ncclComm_t *comm, ncclUniqueId id, int nranks, int rank) {
   pending[npending++] = (Pending){comm, id, nranks, rank};
 }
 
-/* Whether every rank of an id was made alone (one per process or thread),
-   asked of every rank through NCCL, since all must go the same way: q[0..k)
-   are the ranks of it this thread made, not all of them. Each tells the
-   others k, in a group of all-gathers on the legacy stream of the primary
-   context of its GPU. */
-static int made_alone(Pending *const *q, int k) {
+/* Whether every rank of an id was made alone (one per process or thread)
+   and has plans, asked of every rank through NCCL, since all must go the
+   same way: q[0..k) are the ranks of it this thread made, not all of them.
+   Each tells the others k (0 without plans), in a group of all-gathers on
+   the legacy stream of the primary context of its GPU. */
+static int made_alone(Pending *const *q, int k, int have) {
   pthread_once(&cu_once, cu_load);
-  int n = q[0]->nranks, alone = cu_ok;
+  int n = q[0]->nranks, alone = cu_ok, says = have ? k : 0;
   void **ctx = calloc((size_t)k, sizeof *ctx), *popped;
   unsigned long long *buf = calloc((size_t)k, sizeof *buf);
   int *all = calloc((size_t)n, sizeof *all);
@@ -361,7 +461,7 @@ static int made_alone(Pending *const *q, int k) {
     int dev = 0;
     alone = ctx && buf && all && nccl.CommCuDevice(*q[i]->comm, &dev) == ncclSuccess && !cu.primary(&ctx[i], dev) &&
             !cu.ctx_push(ctx[i]) && !cu.alloc(&buf[i], sizeof(int) * (size_t)(n + 1)) &&
-            !cu.htod(buf[i] + sizeof(int) * (size_t)n, &k, sizeof k);
+            !cu.htod(buf[i] + sizeof(int) * (size_t)n, &says, sizeof says);
     if (ctx && ctx[i]) cu.ctx_pop(&popped);
   }
   if (alone && nccl.GroupStart() == ncclSuccess) {
@@ -402,13 +502,16 @@ static void settle(int ok) {
     }
     if (seen == n) pair_up(comms, n, devs);
     free(comms), free(devs);
-    if (seen == n || seen == 0 || n < 2 || !plans_named()) continue;
+    const char *env = getenv("RESCCL_NCCL_PLANS");
+    if (seen == n || seen == 0 || n < 2 || (env && !strcmp(env, "none"))) continue;
+    char *plans = plans_for(n);
     Pending **mine = calloc((size_t)seen, sizeof *mine);
     int k = 0;
     for (int j = i; mine && j < npending; j++)
       if (!memcmp(&pending[j].id, &a->id, sizeof a->id) && pending[j].nranks == n) mine[k++] = &pending[j];
-    if (mine && k == seen && made_alone(mine, k) && k == 1) pair_one(*mine[0]->comm, n, mine[0]->rank);
-    free(mine);
+    if (mine && k == seen && made_alone(mine, k, plans != NULL) && k == 1)
+      pair_one(*mine[0]->comm, n, mine[0]->rank, plans);
+    free(mine), free(plans);
   }
   free(pending);
   pending = NULL, npending = cappending = 0;
