@@ -224,6 +224,36 @@ static void copies_counters_pulls(void **state) {
   bad("allreduce-pull.plan", "RX_RRC_PULL(1, RX_INPUT, 0, RX_INPUT, 0, RX_OUTPUT, 0, 2", "RX_RRC_PULL(1, RX_INPUT, 1, RX_INPUT, 0, RX_OUTPUT, 0, 2", "kernel", "leave the buffer");
 }
 
+/* Ranks of several processes that loaded other files, for other sizes or
+   under other settings: the first that differs from rank 0, named. */
+static void ranks_agree(void **state) {
+  (void)state;
+  char *text = slurp("allreduce.plan");
+  PfAgree all[4];
+  memset(all, 0, sizeof all);
+  for (int r = 0; r < 4; r++) {
+    all[r] = (PfAgree){pf_hash(text, strlen(text)), 0, ~0ull, 1 << 20, 16 << 20, 0, 0, 8, 0, 1, 0, "allreduce.plan"};
+  }
+  char err[512] = "";
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 1);
+  text[strlen(text) / 2] ^= 1; /* one byte */
+  all[2].hash = pf_hash(text, strlen(text));
+  snprintf(all[2].file, sizeof all[2].file, "other.plan");
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  assert_non_null(strstr(err, "different plans: rank 0 allreduce.plan"));
+  assert_non_null(strstr(err, "rank 2 other.plan"));
+  all[2] = all[0], all[3].hi = 1 << 20;
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  assert_non_null(strstr(err, "rank 3 for 0 to 1048576"));
+  all[3] = all[0], all[1].nslots = 4;
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  assert_non_null(strstr(err, "rank 0 and rank 1 differ in"));
+  all[1] = all[0], all[1].slot_bytes = 2 << 20;
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  assert_int_equal(pf_agree(all, 1, err, sizeof err), 1); /* one rank agrees with itself */
+  free(text);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) return fprintf(stderr, "usage: test_planfile DIR\n"), 2;
   dir = argv[1];
@@ -233,6 +263,7 @@ int main(int argc, char **argv) {
     cmocka_unit_test(digest_and_truncation),
     cmocka_unit_test(header_and_kernel_disagree),
     cmocka_unit_test(copies_counters_pulls),
+    cmocka_unit_test(ranks_agree),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

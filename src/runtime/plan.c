@@ -6,7 +6,6 @@
 ** plan file's kernels without a GPU (rt_plan_build).
 */
 #include <errno.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +23,7 @@ resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned l
   if (!text)
     return errno == EFBIG ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
                           : rt_fail(resccl_system_error, "%s: cannot read (%s)", path, strerror(errno));
-  if (hash) {
-    *hash = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) *hash = (*hash ^ (unsigned char)text[i]) * 0x100000001b3ull;
-  }
+  if (hash) *hash = pf_hash(text, n);
   int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
   free(text);
   return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);
@@ -78,41 +74,25 @@ static resccl_result_t build_kernels(Group *g, RtPlan *p) {
   return rc;
 }
 
-/* What the ranks of several processes agree on before a plan loads: the
-   file, the sizes it runs, and the settings that shape its FIFOs and
-   calls (read by each process from its own environment). */
-typedef struct {
-  unsigned long long hash, lo, hi, slot_bytes, tile_bytes;
-  int nchan, slices, nslots, nmicro, direct, zero;
-  char file[64]; /* the path's last 63 bytes */
-} Agree;
-
+/* Where the group spans processes: every rank's GPUs finish their earlier
+   work (a plan it replaces can go), then the ranks compare their files and
+   settings (pf_agree). */
 static resccl_result_t agree(Group *g, resccl_result_t rc, const char *path, unsigned long long hash, const RtConf *c,
                              size_t lo, size_t hi) {
   /* Every rank's earlier calls are done before any rank unloads what they ran (a new plan replaces them). */
   for (int d = 0; d < g->ndevs && rc == resccl_success; d++)
     if (cudaSetDevice(g->dev[d]) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
       rc = rt_fail(resccl_unhandled_cuda_error, "resccl_plan_load: GPU %d failed before the load", g->dev[d]);
-  Agree me, *all = calloc((size_t)g->n, sizeof *all);
+  PfAgree me, *all = calloc((size_t)g->n, sizeof *all);
   memset(&me, 0, sizeof me);
-  me = (Agree){hash, lo, hi, c->slot_bytes, c->tile_bytes, c->nchan, c->slices, c->nslots, c->nmicro, c->direct, 0, ""};
+  me = (PfAgree){hash, lo, hi, c->slot_bytes, c->tile_bytes, c->nchan, c->slices, c->nslots, c->nmicro, c->direct, 0, ""};
   size_t len = strlen(path);
   snprintf(me.file, sizeof me.file, "%s", path + (len < sizeof me.file ? 0 : len - sizeof me.file + 1));
   if (!all) rc = rc ? rc : rt_fail(resccl_system_error, "out of memory");
   rc = ex_round(g->x, rc, &me, sizeof me, all, "resccl_plan_load");
-  for (int r = 1; r < g->n && rc == resccl_success; r++) {
-    const Agree *a = &all[0], *b = &all[r];
-    if (a->hash != b->hash)
-      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: ranks loaded different plans: rank 0 %s (hash %016llx), "
-                   "rank %d %s (hash %016llx)", a->file, a->hash, r, b->file, b->hash);
-    else if (a->lo != b->lo || a->hi != b->hi)
-      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s: rank 0 loaded it for %llu to %llu bytes, rank %d for "
-                   "%llu to %llu", a->file, a->lo, a->hi, r, b->lo, b->hi);
-    else if (memcmp(&a->slot_bytes, &b->slot_bytes, offsetof(Agree, file) - offsetof(Agree, slot_bytes)))
-      rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s: rank 0 and rank %d differ in RESCCL_NCHANNELS, "
-                   "RESCCL_SLICES, RESCCL_SLOTS, RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO or "
-                   "RESCCL_DIRECT: set them alike on every rank", a->file, r);
-  }
+  char err[512];
+  if (rc == resccl_success && !pf_agree(all, g->n, err, sizeof err))
+    rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s", err);
   free(all);
   return rc;
 }

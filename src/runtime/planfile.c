@@ -16,6 +16,7 @@
 */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,29 @@ static int body(Rd *r, PfSection *p, int ce_line, const char *s, size_t n) {
 }
 
 /* ------------------------------------------------------------ sections */
+
+unsigned long long pf_hash(const char *text, size_t n) {
+  unsigned long long h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int pf_agree(const PfAgree *all, int n, char *err, size_t errn) {
+  for (int r = 1; r < n; r++) {
+    const PfAgree *a = &all[0], *b = &all[r];
+    if (a->hash != b->hash)
+      return snprintf(err, errn, "ranks loaded different plans: rank 0 %.63s (hash %016llx), rank %d %.63s (hash "
+                      "%016llx)", a->file, a->hash, r, b->file, b->hash), 0;
+    if (a->lo != b->lo || a->hi != b->hi)
+      return snprintf(err, errn, "%.63s: rank 0 loaded it for %llu to %llu bytes, rank %d for %llu to %llu", a->file,
+                      a->lo, a->hi, r, b->lo, b->hi), 0;
+    if (memcmp(&a->slot_bytes, &b->slot_bytes, offsetof(PfAgree, file) - offsetof(PfAgree, slot_bytes)))
+      return snprintf(err, errn, "%.63s: rank 0 and rank %d differ in RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_SLOTS, "
+                      "RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO or RESCCL_DIRECT: set them alike on every "
+                      "rank", a->file, r), 0;
+  }
+  return 1;
+}
 
 void pf_free(PfSection *s) {
   if (!s) return;
