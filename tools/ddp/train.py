@@ -210,14 +210,16 @@ def train(args):
     except Exception:
         buckets = None
     nccl = torch.cuda.nccl.version()
+    libs = mapped_libs()
     info = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl),
         "device": torch.cuda.get_device_name(dev),
         "bucket_sizes": buckets,
-        "libs": mapped_libs(),
-        "resccl_preloaded": any("libresccl-nccl" in p for p in mapped_libs()),
+        "libs": libs,
+        "resccl_preloaded": any("libresccl-nccl" in p for p in libs),
+        "total_s": end - start,
         "argv": sys.argv[1:],
     }
     dist.destroy_process_group()  # the shim prints its call counts here (RESCCL_DEBUG=INFO)
