@@ -7,9 +7,9 @@
 # library ran (the shim's RESCCL_DEBUG=INFO lines). Fails when a run fails or
 # nccl-tests counts a wrong result (#wrong, its own check of every size).
 #   tools/gpu/nccl-tests.sh [NCCL_TESTS_SRC] [OUTDIR]
-# NCCL_TESTS_SRC is .deps/nccl-tests by default: the machine has no internet, so the
-# source travels with the tree (`git archive HEAD` of github.com/NVIDIA/nccl-tests
-# untarred there; tools/README.md). Built into build-gpu/nccl-tests/mpi$MPI.
+# NCCL_TESTS_SRC is .deps/nccl-tests by default, carried with the tree (the machine has
+# no internet): `git archive HEAD` of github.com/NVIDIA/nccl-tests untarred there
+# (checked with 2.19.6, commit a0b82b2). Built into build-gpu/nccl-tests/mpi$MPI.
 # Env: MPI=1 (0: no MPI, one process drives every GPU, -g NGPU, the communicators the
 # shim has long taken), MPI_HOME (else from `mpicc --showme`), NCCL_HOME (a folder with
 # include/nccl.h and lib/libnccl.so*; else CUDA_HOME's, the system's or the Python
