@@ -46,7 +46,7 @@ expect() {
 plans2=$(plans 2)
 # communicators of ncclCommInitAll, of ncclCommInitRank in a group, and of one a process
 for how in all rank proc; do
-  LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake-$how 2 virtual $how
+  LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} RESCCL_DTYPES=f32,bf16 RESCCL_NCCL_PLANS=$plans2 run fake-$how 2 virtual $how
   if [ $how = proc ]; then
     expect fake-$how 2 'resccl-nccl: rank [01] of 2, one per process: resccl runs its plans'
   else
@@ -69,7 +69,7 @@ for how in all rank proc; do
 done
 # RESCCL_NCCL_PLANS unset: resccl's own ring plans, compiled once by the CLI beside the shim into
 # the plan cache, a process per rank.
-LD_LIBRARY_PATH=$fake RESCCL_DTYPES=f32,bf16 run fake-default 2 virtual proc
+LD_LIBRARY_PATH=$fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} RESCCL_DTYPES=f32,bf16 run fake-default 2 virtual proc
 expect fake-default 2 'rank [01]: 13 calls to resccl, 2 to NCCL$'
 n=$(ls "${RESCCL_CACHE:-$HOME/.cache/resccl}"/plans/*_ring-r2-*.plan | wc -l)
 [ "$n" -ge 3 ] || { echo "nccl.sh: $n default plans cached, not 3"; exit 1; }
