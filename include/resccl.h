@@ -102,6 +102,12 @@ typedef struct {
   void (*close)(void *ctx);
 } resccl_exchange_t;
 resccl_result_t resccl_comm_init_rank_exchange(resccl_comm_t *comm, int nranks, int rank, const resccl_exchange_t *ex);
+/* A communicator of the ranks of comm's group that pass the same color, ordered by key (then by
+   their rank in comm), as ncclCommSplit does; collective over comm's ranks. A rank passing
+   RESCCL_SPLIT_NOCOLOR joins none (*newcomm is NULL). For communicators of resccl_comm_init_rank and
+   resccl_comm_init_rank_exchange (the new one trades through a rendezvous its rank 0 serves). */
+#define RESCCL_SPLIT_NOCOLOR (-1)
+resccl_result_t resccl_comm_split(resccl_comm_t comm, int color, int key, resccl_comm_t *newcomm);
 /* Stop comm's collectives at once, on every rank of its group (their kernels give up and
    resccl_comm_get_async_error reports resccl_remote_error), then destroy it. */
 resccl_result_t resccl_comm_abort(resccl_comm_t comm);

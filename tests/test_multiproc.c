@@ -13,6 +13,8 @@
 **                                 each a named error in bounded time, nothing hung
 **   test_multiproc N DIR loop K   K times init, plan load, a call, destroy: no file
 **                                 descriptor, thread or GPU memory left behind
+**   test_multiproc 4 DIR split DIR2   resccl_comm_split into the even and odd ranks, an
+**                                 all-reduce on each (DIR2: plans for 2 ranks)
 **
 ** DIR holds allreduce.plan, allgather.plan, reducescatter.plan and
 ** alltoall.plan for N ranks, allreduce-other.plan (another all-reduce for N
@@ -217,6 +219,42 @@ static void check(void) {
   CHECK(resccl_comm_destroy(c) == resccl_success, "destroy");
 }
 
+/* ------------------------------------------------------------ split */
+
+/* resccl_comm_split into the even and the odd ranks, each in reverse
+   order (key -rank), then an all-reduce on each half (DIR2: plans for its
+   ranks) checked against the sum over the half's old ranks. */
+static void split(const char *dir2) {
+  resccl_comm_t c = join(1), half = NULL;
+  int color = me % 2, n = 0, r = -1, size = (nproc - color + 1) / 2;
+  CHECK(resccl_comm_split(c, color, -me, &half) == resccl_success && half, "split");
+  CHECK(resccl_comm_count(half, &n) == resccl_success && n == size, "split: %d ranks, not %d", n, size);
+  CHECK(resccl_comm_user_rank(half, &r) == resccl_success && r == (nproc - 1 - me) / 2, "split: rank %d", r);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/allreduce.plan", dir2);
+  CHECK(resccl_plan_load(half, path) == resccl_success, "split: load");
+  size_t count = 70000;
+  float *host = malloc(count * sizeof *host), *buf;
+  cudaMalloc((void **)&buf, count * sizeof *buf);
+  for (size_t i = 0; i < count; i++) host[i] = (float)val(me, i);
+  cudaMemcpy(buf, host, count * sizeof *buf, cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+  CHECK(resccl_all_reduce(buf, buf, count, resccl_float32, resccl_sum, half, NULL) == resccl_success, "split: call");
+  cudaDeviceSynchronize();
+  cudaMemcpy(host, buf, count * sizeof *buf, cudaMemcpyDeviceToHost);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) {
+    int want = 0;
+    for (int q = color; q < nproc; q += 2) want += val(q, i);
+    wrong += host[i] != (float)want;
+  }
+  CHECK(wrong == 0, "split: %zu wrong", wrong);
+  printf("rank %d: split into rank %d of %d (color %d): all-reduce, %zu wrong\n", me, r, n, color, wrong);
+  cudaFree(buf), free(host);
+  CHECK(resccl_comm_destroy(half) == resccl_success, "destroy the half");
+  CHECK(resccl_comm_destroy(c) == resccl_success, "destroy");
+}
+
 /* ------------------------------------------------------------ faults */
 
 /* Init with this rank's nranks and rank (for its id k); the result, after at most `within` seconds. */
@@ -350,7 +388,7 @@ static void loop(int iters) {
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: test_multiproc N DIR check|faults|loop [K]\n");
+    fprintf(stderr, "usage: test_multiproc N DIR check|faults|loop [K]|split DIR2\n");
     return 2;
   }
   nproc = atoi(argv[1]), dir = argv[2];
@@ -375,6 +413,7 @@ int main(int argc, char **argv) {
       cudaSetDevice(r % ngpu);
       if (!strcmp(mode, "check")) check();
       else if (!strcmp(mode, "faults")) faults();
+      else if (!strcmp(mode, "split")) split(argc > 4 ? argv[4] : dir);
       else loop(argc > 4 ? atoi(argv[4]) : 1000);
       fflush(stdout);
       _exit(failures ? 1 : 0);

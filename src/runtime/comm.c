@@ -227,6 +227,45 @@ resccl_result_t resccl_comm_init_rank_exchange(resccl_comm_t *comm, int nranks, 
   return comm_join(comm, &t->x, dev);
 }
 
+resccl_result_t resccl_comm_split(resccl_comm_t comm, int color, int key, resccl_comm_t *newcomm) {
+  if (!comm || !newcomm) return rt_fail(resccl_invalid_argument, "resccl_comm_split: comm or newcomm is NULL");
+  *newcomm = NULL;
+  Group *g = comm->g;
+  if (!g->x)
+    return rt_fail(resccl_invalid_usage, "resccl_comm_split: comm's ranks are one process's (resccl_comm_init_all): "
+                   "make the subset with resccl_comm_init_all");
+  if (color < RESCCL_SPLIT_NOCOLOR)
+    return rt_fail(resccl_invalid_argument, "resccl_comm_split: color %d (at least 0, or RESCCL_SPLIT_NOCOLOR)", color);
+  /* Round one: every rank's color and key; the new ranks follow from them. */
+  int me[2] = {color, key}, *all = calloc((size_t)g->n * 2, sizeof *all);
+  resccl_result_t rc = all ? resccl_success : rt_fail(resccl_system_error, "out of memory");
+  rc = ex_round(g->x, rc, me, sizeof me, all, "resccl_comm_split");
+  int nranks = 0, rank = 0, root = -1; /* root: the new rank 0's old rank */
+  for (int r = 0; r < g->n && rc == resccl_success && color >= 0; r++) {
+    if (all[2 * r] != color) continue;
+    nranks++;
+    /* before me: a smaller key, or the same key and a smaller old rank */
+    if (all[2 * r + 1] < key || (all[2 * r + 1] == key && r < comm->rank)) rank++;
+    if (root < 0 || all[2 * r + 1] < all[2 * root + 1]) root = r;
+  }
+  free(all);
+  /* Round two: each new rank 0 serves a rendezvous for its color and tells its id. */
+  resccl_unique_id id, *ids = calloc((size_t)g->n, sizeof *ids);
+  memset(&id, 0, sizeof id);
+  if (!ids && rc == resccl_success) rc = rt_fail(resccl_system_error, "out of memory");
+  if (rc == resccl_success && color >= 0 && rank == 0) rc = resccl_get_unique_id(&id);
+  if (g->x) rc = ex_round(g->x, rc, &id, sizeof id, ids, "resccl_comm_split");
+  if (rc == resccl_success && color >= 0) {
+    int dev = -1;
+    cudaGetDevice(&dev);
+    cudaSetDevice(comm->cudev);
+    rc = resccl_comm_init_rank(newcomm, nranks, ids[root], rank);
+    if (dev >= 0) cudaSetDevice(dev);
+  }
+  free(ids);
+  return rc;
+}
+
 resccl_result_t resccl_comm_count(resccl_comm_t c, int *n) {
   if (!c || !n) return rt_fail(resccl_invalid_argument, "null argument");
   return *n = c->g->n, resccl_success;
