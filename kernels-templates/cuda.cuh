@@ -139,7 +139,7 @@ extern "C" __global__ void rx_ce_sync(const __grid_constant__ RxSync s) {
   for (int d = 0; d < s.ndev; d++)
     while (d != s.me && (int)(*(volatile unsigned *)s.word[d] - c) < 0)
       if (++spins % 1024 == 0 && (*s.stop || (s.timeout_ns && rx_clock_ns() - t0 > s.timeout_ns))) {
-        *s.stop = 1;
+        if (!*s.stop) *s.stop = 1; /* a timeout; an abort's word stays */
         rx_fence_sys();
         return;
       }

@@ -250,6 +250,10 @@ static void ranks_agree(void **state) {
   assert_non_null(strstr(err, "rank 0 and rank 1 differ in"));
   all[1] = all[0], all[1].slot_bytes = 2 << 20;
   assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  all[1] = all[0], all[2].dtypes = 0x80; /* RESCCL_DTYPES=f32 on one rank: calls would route apart */
+  assert_int_equal(pf_agree(all, 4, err, sizeof err), 0);
+  assert_non_null(strstr(err, "RESCCL_DTYPES"));
+  all[2] = all[0];
   assert_int_equal(pf_agree(all, 1, err, sizeof err), 1); /* one rank agrees with itself */
   free(text);
 }

@@ -108,6 +108,13 @@ static const char *addr_str(const Addr *a, char *out, size_t n) {
   return out;
 }
 
+/* Close fd, ending the connection even where a forked child (a data
+   loader's worker) still holds a copy of it: the peer must see it end. */
+static void hang_up(int fd) {
+  shutdown(fd, SHUT_RDWR);
+  close(fd);
+}
+
 /* fd, its small messages sent at once: a round is a hello, a payload and an
    answer, which Nagle's algorithm against delayed acknowledgements held
    40 ms each (a 2-rank init took 88 ms on loopback). */
@@ -165,7 +172,7 @@ static void left_fault(Server *s) {
    waiting in this round can no longer have their table; later ones learn
    of it when they send theirs. */
 static void leave(Server *s, int r) {
-  close(s->fd[r]), s->fd[r] = -1;
+  hang_up(s->fd[r]), s->fd[r] = -1;
   if (s->waits[r]) s->waits[r] = 0, s->count--;
   if (s->gone < 0) s->gone = r;
   s->nleft++;
@@ -304,7 +311,7 @@ static void *serve(void *arg) {
   for (int i = 0; i < s->nranks; i++) /* a fault reaches every rank still here, waiting or not */
     if (s->fd[i] >= 0) {
       if (s->a.code) answer(s->fd[i], &s->a, NULL, 0);
-      close(s->fd[i]);
+      hang_up(s->fd[i]);
     }
   if (s->stray >= 0) answer(s->stray, &s->a, NULL, 0), close(s->stray);
   if (s->lfd >= 0) close(s->lfd);
@@ -469,7 +476,7 @@ static resccl_result_t client_allgather(Exchange *x, const void *mine, size_t n,
     c->round++;
     return rc;
   }
-  if (c->fd >= 0) close(c->fd), c->fd = -1; /* out of step: leave, so that the others learn of it */
+  if (c->fd >= 0) hang_up(c->fd), c->fd = -1; /* out of step: leave, so that the others learn of it */
   memcpy(c->why, why, sizeof why);
   return rt_fail(rc, "rendezvous at %s: rank %d of %d: %s", where, x->rank, x->nranks, why);
 }
@@ -477,7 +484,7 @@ static resccl_result_t client_allgather(Exchange *x, const void *mine, size_t n,
 static void client_close(Exchange *x) {
   Client *c = (Client *)x;
   if (!c) return;
-  if (c->fd >= 0) close(c->fd);
+  if (c->fd >= 0) hang_up(c->fd);
   free(c);
 }
 

@@ -47,7 +47,7 @@ static resccl_result_t group_add(Group *g, int r, int dev) {
 
 /* The stop word of a group on shared memory (g->x) or this process's. */
 static void group_free(Group *g) {
-  if (g->stop && g->x) cudaHostUnregister(g->stop), munmap(g->stop, STOP_PAGE);
+  if (g->stop && g->shared) cudaHostUnregister(g->stop), munmap(g->stop, STOP_PAGE);
   else if (g->stop) cudaFreeHost(g->stop);
   if (g->x) g->x->close(g->x);
   free(g->open.a), free(g->comms), free(g);
@@ -137,6 +137,7 @@ static resccl_result_t comm_join(resccl_comm_t *out, Exchange *x, int dev) {
     snprintf(me.page, sizeof me.page, "/resccl-%d-%016llx", me.pid, tag);
   }
   rc = ex_round(x, rc, &me, sizeof me, all, "resccl_comm_init_rank");
+  int met = rc == resccl_success;
   Group *g = NULL;
   for (int r = 1; r < x->nranks && rc == resccl_success; r++)
     if (strcmp(all[r].node, all[0].node))
@@ -147,11 +148,11 @@ static resccl_result_t comm_join(resccl_comm_t *out, Exchange *x, int dev) {
   if (rc == resccl_success) {
     for (int r = 0; r < x->nranks; r++) g->comms[r].cudev = all[r].dev; /* as its process numbers it */
     g->comms[x->rank].cudev = -1;
-    g->x = x;
+    g->x = x, g->shared = 1;
     rc = group_add(g, x->rank, dev);
   }
   if (rc == resccl_success) rc = stop_map(g, all[0].page);
-  if (g || rc == resccl_success) rc = ex_round(x, rc, NULL, 0, NULL, "resccl_comm_init_rank");
+  if (met) rc = ex_round(x, rc, NULL, 0, NULL, "resccl_comm_init_rank"); /* every rank that met takes the second */
   if (all && all[0].page[0]) shm_unlink(all[0].page); /* every rank mapped it, or none will */
   free(all);
   if (rc != resccl_success) {
@@ -159,8 +160,7 @@ static resccl_result_t comm_join(resccl_comm_t *out, Exchange *x, int dev) {
     else x->close(x);
     return rc;
   }
-  *g->stop = 0;
-  *out = &g->comms[x->rank];
+  *out = &g->comms[x->rank]; /* the stop word: zero, as ftruncate made the page */
   INFO("init: rank %d of %d on GPU %d", x->rank, x->nranks, dev);
   return resccl_success;
 }
@@ -295,13 +295,21 @@ static resccl_result_t comm_end(resccl_comm_t comm, int abort) {
   /* A collective launched on some ranks only can no longer be launched on
      the rest: its kernels give up now, not at the timeout. */
   if (abort || (g->live == 1 && g->open.n)) *(volatile int *)g->stop = STOP_ABORT;
+  /* Leaving the exchange tells ranks waiting in a round at once. */
   if (abort && g->x) g->x->close(g->x), g->x = NULL;
   if (--g->live > 0) return resccl_success;
+  /* An aborted group across processes keeps its GPU memory and stop word
+     until the process ends: peers' kernels may still write into them, and
+     waiting for this process's own would wait for whatever else hangs on
+     the GPU (the reason to abort). */
+  if (abort && g->shared) return resccl_success;
   int dev = -1;
   cudaGetDevice(&dev);
   for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
-  /* Peers may still be running kernels that write into this process's
-     memory: it goes once every rank is done with its own. */
+  /* This process's memory goes once every peer has closed its view of it
+     (ipc_close), and so is done with it. */
+  for (RtPlan *p = g->plans; p; p = p->next)
+    for (int i = 0; i < 6; i++) ipc_close(p->v[i / 3][i % 3]);
   resccl_result_t rc = g->x ? ex_round(g->x, resccl_success, NULL, 0, NULL, "resccl_comm_destroy") : resccl_success;
   while (g->plans) {
     RtPlan *p = g->plans;

@@ -144,9 +144,11 @@ static int add(Pair *p) {
 }
 
 /* resccl's code as NCCL's: they agree up to invalid usage; a timeout is a
-   peer that made no progress. */
+   peer that made no progress, a remote error one that failed or aborted. */
 static ncclResult_t code(resccl_result_t rc) {
-  return rc == resccl_timeout ? ncclRemoteError : rc == resccl_in_progress ? ncclInProgress : (ncclResult_t)rc;
+  return rc == resccl_timeout || rc == resccl_remote_error ? ncclRemoteError
+         : rc == resccl_in_progress                        ? ncclInProgress
+                                                           : (ncclResult_t)rc;
 }
 
 static ncclResult_t from_resccl(resccl_result_t rc) {
@@ -288,22 +290,17 @@ typedef struct {
   int nranks;
   void *ctx, *stream;
   unsigned long long buf; /* (nranks + 1) * cap bytes: every rank's, then this one's */
-  size_t cap;
+  size_t cap;             /* the most bytes a round may carry */
 } Xnccl;
 
 static int xnccl_allgather(void *arg, const void *mine, size_t n, void *all) {
   Xnccl *x = arg;
   if (!n) return 0;
+  if (n > x->cap) return -1; /* on every rank alike: rounds have one size everywhere */
   void *popped;
   if (cu.ctx_push(x->ctx)) return -1;
-  int bad = 0;
-  if (n > x->cap) {
-    if (x->buf) cu.free(x->buf), x->buf = 0;
-    bad = cu.alloc(&x->buf, (size_t)(x->nranks + 1) * n) != 0;
-    x->cap = bad ? 0 : n;
-  }
   unsigned long long at = x->buf + (size_t)x->nranks * n;
-  bad = bad || cu.htod(at, mine, n) ||
+  int bad = cu.htod(at, mine, n) ||
         nccl.AllGather((void *)at, (void *)x->buf, n, ncclUint8, x->comm, (cudaStream_t)x->stream) != ncclSuccess ||
         cu.stream_sync(x->stream) || cu.dtoh(all, x->buf, (size_t)x->nranks * n);
   cu.ctx_pop(&popped);
@@ -321,21 +318,32 @@ static void xnccl_close(void *arg) {
   free(x);
 }
 
-/* A resccl communicator beside rank `rank` of NCCL's comm, made in the current context, whose ranks trade
-   through comm; NULL where that fails (said on stderr). */
+/* A resccl communicator beside rank `rank` of NCCL's comm, on its GPU, whose ranks trade through comm;
+   NULL where that fails (said on stderr). */
 static resccl_comm_t join_through(ncclComm_t comm, int nranks, int rank) {
   pthread_once(&cu_once, cu_load);
   Xnccl *x = cu_ok ? calloc(1, sizeof *x) : NULL;
-  if (!x || cu.ctx_get(&x->ctx) || !x->ctx || cu.stream_new(&x->stream, 1 /* non-blocking */)) {
-    fprintf(stderr, "resccl-nccl: rank %d: no CUDA context or stream for the exchange: NCCL runs every call\n", rank);
-    free(x);
-    return NULL;
+  int dev = 0;
+  if (!x || nccl.CommCuDevice(comm, &dev) != ncclSuccess || cu.primary(&x->ctx, dev) || cu.ctx_push(x->ctx)) {
+    fprintf(stderr, "resccl-nccl: rank %d: no CUDA context for the exchange: NCCL runs every call\n", rank);
+    return free(x), NULL;
   }
-  x->comm = comm, x->nranks = nranks;
+  /* The communicator's GPU is current from here, whatever the thread's was.
+     Room for the largest round (under 1 KiB a rank) is taken now, so that
+     no round fails here before NCCL's all-gather, which every rank must join. */
+  void *popped;
+  x->comm = comm, x->nranks = nranks, x->cap = 4096;
+  if (cu.stream_new(&x->stream, 1 /* non-blocking */) || cu.alloc(&x->buf, (size_t)(nranks + 1) * x->cap)) {
+    fprintf(stderr, "resccl-nccl: rank %d: no stream or device memory for the exchange: NCCL runs every call\n", rank);
+    if (x->stream) cu.stream_free(x->stream);
+    cu.ctx_pop(&popped);
+    return free(x), NULL;
+  }
   resccl_exchange_t ex = {x, xnccl_allgather, xnccl_close};
   resccl_comm_t ours = NULL;
   if (resccl_comm_init_rank_exchange(&ours, nranks, rank, &ex) != resccl_success)
     fprintf(stderr, "resccl-nccl: rank %d: NCCL runs every call: %s\n", rank, resccl_get_last_error());
+  cu.ctx_pop(&popped);
   return ours;
 }
 
@@ -447,38 +455,49 @@ static void remember(ncclComm_t *comm, ncclUniqueId id, int nranks, int rank) {
 }
 
 /* Whether every rank of an id was made alone (one per process or thread)
-   and has plans, asked of every rank through NCCL, since all must go the
-   same way: q[0..k) are the ranks of it this thread made, not all of them.
-   Each tells the others k (0 without plans), in a group of all-gathers on
-   the legacy stream of the primary context of its GPU. */
-static int made_alone(Pending *const *q, int k, int have) {
+   and has the same plans, asked of every rank through NCCL, since all must
+   go the same way: q[0..k) are the ranks of it this thread made, not all
+   of them. Each tells the others k (0 without plans) and its plan list's
+   hash, in a group of all-gathers on the legacy stream of the primary
+   context of its GPU. */
+typedef struct {
+  int k, zero;
+  unsigned long long plans;
+} Vote;
+
+static int made_alone(Pending *const *q, int k, const char *plans) {
   pthread_once(&cu_once, cu_load);
-  int n = q[0]->nranks, alone = cu_ok, says = have ? k : 0;
+  int n = q[0]->nranks, alone = cu_ok;
+  Vote mine = {plans ? k : 0, 0, 0xcbf29ce484222325ull};
+  for (const char *c = plans; c && *c; c++) mine.plans = (mine.plans ^ (unsigned char)*c) * 0x100000001b3ull;
   void **ctx = calloc((size_t)k, sizeof *ctx), *popped;
   unsigned long long *buf = calloc((size_t)k, sizeof *buf);
-  int *all = calloc((size_t)n, sizeof *all);
+  Vote *all = calloc((size_t)n, sizeof *all);
+  const size_t vb = sizeof(Vote);
   for (int i = 0; alone && i < k; i++) {
     int dev = 0;
-    alone = ctx && buf && all && nccl.CommCuDevice(*q[i]->comm, &dev) == ncclSuccess && !cu.primary(&ctx[i], dev) &&
-            !cu.ctx_push(ctx[i]) && !cu.alloc(&buf[i], sizeof(int) * (size_t)(n + 1)) &&
-            !cu.htod(buf[i] + sizeof(int) * (size_t)n, &says, sizeof says);
-    if (ctx && ctx[i]) cu.ctx_pop(&popped);
+    alone = ctx && buf && all && nccl.CommCuDevice(*q[i]->comm, &dev) == ncclSuccess && !cu.primary(&ctx[i], dev);
+    if (alone && cu.ctx_push(ctx[i])) alone = 0;
+    else if (alone) {
+      alone = !cu.alloc(&buf[i], vb * (size_t)(n + 1)) && !cu.htod(buf[i] + vb * (size_t)n, &mine, vb);
+      cu.ctx_pop(&popped);
+    }
   }
   if (alone && nccl.GroupStart() == ncclSuccess) {
     for (int i = 0; i < k; i++)
-      alone &= nccl.AllGather((void *)(buf[i] + sizeof(int) * (size_t)n), (void *)buf[i], sizeof(int), ncclUint8,
-                              *q[i]->comm, NULL) == ncclSuccess;
+      alone &= nccl.AllGather((void *)(buf[i] + vb * (size_t)n), (void *)buf[i], vb, ncclUint8, *q[i]->comm, NULL) ==
+               ncclSuccess;
     alone &= nccl.GroupEnd() == ncclSuccess;
   }
   for (int i = 0; i < k && ctx && buf; i++) {
     if (!ctx[i] || cu.ctx_push(ctx[i])) continue;
     if (buf[i]) {
-      alone = alone && !cu.stream_sync(NULL) && !cu.dtoh(all, buf[i], sizeof(int) * (size_t)n);
+      alone = alone && !cu.stream_sync(NULL) && !cu.dtoh(all, buf[i], vb * (size_t)n);
       cu.free(buf[i]);
     }
     cu.ctx_pop(&popped);
   }
-  for (int r = 0; alone && r < n; r++) alone = all[r] == 1;
+  for (int r = 0; alone && r < n; r++) alone = all[r].k == 1 && all[r].plans == all[0].plans;
   free(ctx), free(buf), free(all);
   return alone;
 }
@@ -502,14 +521,13 @@ static void settle(int ok) {
     }
     if (seen == n) pair_up(comms, n, devs);
     free(comms), free(devs);
-    const char *env = getenv("RESCCL_NCCL_PLANS");
-    if (seen == n || seen == 0 || n < 2 || (env && !strcmp(env, "none"))) continue;
+    if (seen == n || seen == 0 || n < 2) continue;
     char *plans = plans_for(n);
     Pending **mine = calloc((size_t)seen, sizeof *mine);
     int k = 0;
     for (int j = i; mine && j < npending; j++)
       if (!memcmp(&pending[j].id, &a->id, sizeof a->id) && pending[j].nranks == n) mine[k++] = &pending[j];
-    if (mine && k == seen && made_alone(mine, k, plans != NULL) && k == 1)
+    if (mine && k == seen && made_alone(mine, k, plans) && k == 1)
       pair_one(*mine[0]->comm, n, mine[0]->rank, plans);
     free(mine), free(plans);
   }
@@ -539,12 +557,14 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
    NCCL's is gone (an abort ends NCCL's kernels first). */
 static ncclResult_t drop(ncclComm_t comm, int abort) {
   Pair *p = take(comm);
-  /* A pair that trades through NCCL's communicator says goodbye through it: resccl's goes first. */
-  if (p && p->apart) abort ? resccl_comm_abort(p->ours) : resccl_comm_destroy(p->ours);
+  /* A pair that trades through NCCL's communicator says goodbye through it,
+     so its destroy goes first; an abort says nothing and goes after NCCL's,
+     whose kernels may be what hangs. */
+  if (p && p->apart && !abort) resccl_comm_destroy(p->ours);
   ncclResult_t rc = abort ? nccl.CommAbort(comm) : nccl.CommDestroy(comm);
   if (!p) return rc;
   if (info()) fprintf(stderr, "resccl-nccl: rank %d: %ld calls to resccl, %ld to NCCL\n", p->rank, p->on_resccl, p->on_nccl);
-  if (!p->apart) abort ? resccl_comm_abort(p->ours) : resccl_comm_destroy(p->ours);
+  if (!p->apart || abort) abort ? resccl_comm_abort(p->ours) : resccl_comm_destroy(p->ours);
   free(p);
   return rc;
 }
@@ -597,14 +617,14 @@ EXPORT const char *ncclGetLastError(ncclComm_t comm) {
    NCCL's datatype or op (fp8, PreMulSum), has no plan for its size, no
    kernels for its datatype (RESCCL_DTYPES) or no form for its placement,
    NCCL runs it: on every rank alike, since that depends on the call's
-   arguments only. Once resccl's communicators timed out, their calls fail
-   with ncclRemoteError rather than move to NCCL. Buffers resccl refuses
+   arguments only. Once resccl's communicators timed out or a rank aborted,
+   their calls fail with ncclRemoteError rather than move to NCCL. Buffers resccl refuses
    (misaligned) fail the call. */
 static int on_resccl(Pair *p, int c, const void *send, const void *recv, size_t count, ncclDataType_t dt, int op) {
   resccl_result_t rc = resccl_invalid_usage;
   if (p && p->planned[c] && (int)dt < resccl_num_types && op < resccl_num_ops)
     rc = resccl_call_supported(coll_names[c], send, recv, count, (resccl_datatype_t)dt, (resccl_red_op_t)op, p->ours);
-  int yes = rc == resccl_success || rc == resccl_timeout;
+  int yes = rc == resccl_success || rc == resccl_timeout || rc == resccl_remote_error;
   if (p) __atomic_add_fetch(yes ? &p->on_resccl : &p->on_nccl, 1, __ATOMIC_RELAXED);
   failed_here = 0;
   return yes;

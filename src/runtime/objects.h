@@ -130,6 +130,7 @@ typedef struct {
   int nlocal, live;   /* this process's communicators, and those not yet destroyed */
   GqOpens open;       /* collectives some of whose ranks (of this process) have launched */
   struct Exchange *x; /* rounds with the other processes' ranks; NULL when every rank is this process's */
+  int shared;         /* the group spans processes: stop is a shared page, plans' memory is exported */
 } Group;
 
 /* What the group's stop word says: a kernel's wait ran past RESCCL_TIMEOUT,

@@ -85,7 +85,8 @@ static resccl_result_t agree(Group *g, resccl_result_t rc, const char *path, uns
       rc = rt_fail(resccl_unhandled_cuda_error, "resccl_plan_load: GPU %d failed before the load", g->dev[d]);
   PfAgree me, *all = calloc((size_t)g->n, sizeof *all);
   memset(&me, 0, sizeof me);
-  me = (PfAgree){hash, lo, hi, c->slot_bytes, c->tile_bytes, c->nchan, c->slices, c->nslots, c->nmicro, c->direct, 0, ""};
+  me = (PfAgree){hash, lo, hi, c->slot_bytes, c->tile_bytes, c->nchan, c->slices, c->nslots, c->nmicro, c->direct,
+                 c->dtypes, ""};
   size_t len = strlen(path);
   snprintf(me.file, sizeof me.file, "%s", path + (len < sizeof me.file ? 0 : len - sizeof me.file + 1));
   if (!all) rc = rc ? rc : rt_fail(resccl_system_error, "out of memory");
@@ -95,6 +96,11 @@ static resccl_result_t agree(Group *g, resccl_result_t rc, const char *path, uns
     rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: %s", err);
   free(all);
   return rc;
+}
+
+/* Whether new plan p's sizes cover loaded plan q's (q goes when p comes). */
+static int covers(const RtPlan *p, const RtPlan *q) {
+  return !strcmp(q->coll, p->coll) && p->lo <= q->lo && q->hi <= p->hi;
 }
 
 /* rc: what the checks before it found; where the group spans processes,
@@ -157,6 +163,20 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   if (g->x || rc == resccl_success) rc = ipc_share(g, vs, nv, rc);
   for (int k = 0; k < nv && rc == resccl_success; k++) rc = variant_connect(g, vs[k]);
   if (g->x) rc = ex_round(g->x, rc, NULL, 0, NULL, "resccl_plan_load");
+  /* What goes now (the new plan, where the load failed; else the loaded
+     ones it covers) is freed by each rank once every peer has closed its
+     view of it: one more round between (transport.h, ipc_close). On every
+     rank alike: the last round agreed, and so do the loaded plans. A peer
+     lost in that round leaves the load done and says so. */
+  int replaces = 0;
+  for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next) replaces |= covers(p, q);
+  resccl_result_t gone = resccl_success;
+  if (g->x && (rc != resccl_success || replaces)) {
+    for (int i = 0; i < 6 && p && rc != resccl_success; i++) ipc_close(p->v[i / 3][i % 3]);
+    for (RtPlan *q = g->plans; q && rc == resccl_success; q = q->next)
+      for (int i = 0; i < 6 && covers(p, q); i++) ipc_close(q->v[i / 3][i % 3]);
+    gone = ex_round(g->x, resccl_success, NULL, 0, NULL, "resccl_plan_load");
+  }
   if (rc != resccl_success) {
     if (p) plan_unload(g, p);
     return rc;
@@ -167,7 +187,7 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
     RtPlan *old = *q;
     if (strcmp(old->coll, p->coll) || old->hi < lo || hi < old->lo) {
       q = &old->next;
-    } else if (lo <= old->lo && old->hi <= hi) {
+    } else if (covers(p, old)) {
       *q = old->next;
       for (int d = 0; d < g->ndevs; d++) cudaSetDevice(g->dev[d]), cudaDeviceSynchronize();
       plan_unload(g, old);
@@ -179,25 +199,34 @@ static resccl_result_t plan_load(resccl_comm_t comm, const char *path, const RtC
   }
   p->next = g->plans, g->plans = p;
   INFO("loaded %s (%s, %zu to %zu bytes) from %s", p->name, p->coll, lo, hi, path);
-  return resccl_success;
+  return gone;
 }
 
-resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
+/* rt_plan_load, after rc0 (the settings as read: a rank whose settings
+   are bad still takes the load's rounds). */
+static resccl_result_t load_as(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi,
+                               resccl_result_t rc0) {
   if (!comm || !path) return rt_fail(resccl_invalid_argument, "resccl_plan_load: null argument");
-  resccl_result_t rc = resccl_success;
-  if (lo > hi) rc = rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
+  resccl_result_t rc = rc0;
+  if (rc == resccl_success && lo > hi)
+    rc = rt_fail(resccl_invalid_argument, "resccl_plan_load_range: %zu bytes > %zu bytes", lo, hi);
   /* Queued calls point at the plans they run. */
-  else if (group_is_open()) rc = rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
-  else if (comm->g->open.n)
+  if (rc == resccl_success && group_is_open())
+    rc = rt_fail(resccl_invalid_usage, "resccl_plan_load inside a group (before resccl_group_end)");
+  if (rc == resccl_success && comm->g->open.n)
     rc = rt_fail(resccl_invalid_usage, "resccl_plan_load: collective number %llu has been launched on some ranks "
                  "only; launch it on the rest first", comm->g->open.a[0].seq + 1);
-  else rc = conf_check(conf);
+  if (rc == resccl_success) rc = conf_check(conf);
   if (rc != resccl_success && !comm->g->x) return rc;
   int dev = -1;
   cudaGetDevice(&dev);
   rc = plan_load(comm, path, conf, lo, hi, rc);
   if (dev >= 0) cudaSetDevice(dev);
   return rc;
+}
+
+resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi) {
+  return load_as(comm, path, conf, lo, hi, resccl_success);
 }
 
 resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
@@ -220,8 +249,8 @@ resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
 
 resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes) {
   RtConf c;
-  TRY(rt_conf_env(&c));
-  return rt_plan_load(comm, path, &c, min_bytes, max_bytes);
+  memset(&c, 0, sizeof c);
+  return load_as(comm, path, &c, min_bytes, max_bytes, rt_conf_env(&c));
 }
 
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {

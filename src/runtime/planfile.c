@@ -369,8 +369,8 @@ int pf_agree(const PfAgree *all, int n, char *err, size_t errn) {
                       a->lo, a->hi, r, b->lo, b->hi), 0;
     if (memcmp(&a->slot_bytes, &b->slot_bytes, offsetof(PfAgree, file) - offsetof(PfAgree, slot_bytes)))
       return snprintf(err, errn, "%.63s: rank 0 and rank %d differ in RESCCL_NCHANNELS, RESCCL_SLICES, RESCCL_SLOTS, "
-                      "RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO or RESCCL_DIRECT: set them alike on every "
-                      "rank", a->file, r), 0;
+                      "RESCCL_SLOT_BYTES, RESCCL_TILE_BYTES, RESCCL_NMICRO, RESCCL_DIRECT or RESCCL_DTYPES: set them "
+                      "alike on every rank", a->file, r), 0;
   }
   return 1;
 }

@@ -90,7 +90,8 @@ unsigned long long pf_hash(const char *text, size_t n);
    and the settings that shape its FIFOs and calls, each read by its process from its own environment. */
 typedef struct {
   unsigned long long hash, lo, hi, slot_bytes, tile_bytes;
-  int nchan, slices, nslots, nmicro, direct, zero;
+  int nchan, slices, nslots, nmicro, direct;
+  unsigned dtypes;
   char file[64]; /* the path's last 63 bytes */
 } PfAgree;
 /* 1 when every rank's all[0..n) agrees with rank 0's, else 0 with err naming the first rank that does not and

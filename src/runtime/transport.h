@@ -32,6 +32,10 @@ resccl_result_t p2p_connect(const Group *g);
    the others' opened through CUDA IPC after a round of the group's
    exchange that agrees on failure (rc: this process's result so far). */
 resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t rc);
+/* Close the peers' segments of v this process opened. A rank frees its own
+   only once every peer has closed it (a round of the exchange between):
+   freeing memory another process still maps is undefined in CUDA. */
+void ipc_close(Variant *v);
 
 #pragma GCC visibility pop
 

@@ -9,15 +9,35 @@
 ** processes; tools/probes/probe-ipc.cu measured opening one at 47-248 us on
 ** an H200 shared by 2 to 8 processes.
 */
+#define _GNU_SOURCE
+#include <pthread.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "exchange.h"
 #include "transport.h"
 
+/* A random number naming this process: a pid names none across pid
+   namespaces (containers sharing a host's IPC). Made again in a forked
+   child, which is another process. */
+static unsigned long long self_tag(void) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static unsigned long long tag;
+  static pid_t made_in;
+  pthread_mutex_lock(&lock);
+  if (made_in != getpid()) {
+    made_in = getpid();
+    if (getrandom(&tag, sizeof tag, 0) != (ssize_t)sizeof tag) tag = (unsigned long long)made_in * 0x9e3779b97f4a7c15ull;
+  }
+  unsigned long long t = tag;
+  pthread_mutex_unlock(&lock);
+  return t;
+}
+
 /* What a rank says of its segments: one per placement of the plan. */
 typedef struct {
-  int pid;
+  unsigned long long self;
   int nv;
   size_t bytes[6];
   void *base[6];
@@ -30,7 +50,7 @@ resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t 
   int me = x->rank;
   Share mine;
   memset(&mine, 0, sizeof mine);
-  mine.pid = (int)getpid(), mine.nv = nv;
+  mine.self = self_tag(), mine.nv = nv;
   for (int k = 0; k < nv && rc == resccl_success; k++) {
     mine.bytes[k] = vs[k]->seg_bytes[me], mine.base[k] = vs[k]->seg[me];
     if (cudaSetDevice(g->comms[me].cudev) != cudaSuccess || cudaIpcGetMemHandle(&mine.h[k], vs[k]->seg[me]) != cudaSuccess)
@@ -44,9 +64,9 @@ resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t 
     for (int k = 0; k < nv && rc == resccl_success; k++) {
       Variant *v = vs[k];
       if (all[r].nv != nv || all[r].bytes[k] != v->seg_bytes[r]) {
-        rc = rt_fail(resccl_invalid_usage, "rank %d laid out plan memory unlike rank %d (%zu bytes, not %zu): "
-                     "internal disagreement", r, me, all[r].bytes[k], v->seg_bytes[r]);
-      } else if (all[r].pid == mine.pid) { /* a rank of this process, on another thread */
+        rc = rt_fail(resccl_internal_error, "rank %d laid out plan memory unlike rank %d (%d placements, %zu bytes; "
+                     "here %d, %zu)", r, me, all[r].nv, all[r].bytes[k], nv, v->seg_bytes[r]);
+      } else if (all[r].self == mine.self) { /* a rank of this process, on another thread */
         v->seg[r] = all[r].base[k];
         int peer = g->comms[r].cudev;
         cudaError_t e = peer == g->comms[me].cudev ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
@@ -65,4 +85,9 @@ resccl_result_t ipc_share(Group *g, Variant *const *vs, int nv, resccl_result_t 
   }
   free(all);
   return rc;
+}
+
+void ipc_close(Variant *v) {
+  for (int r = 0; v && v->opened && r < v->pf.nranks; r++)
+    if (v->opened[r]) cudaIpcCloseMemHandle(v->seg[r]), v->opened[r] = 0;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "objects.h"
+#include "transport.h"
 
 /* RESCCL_TRACE=FILE: the last call's events of every block, appended as
    lines `gpu placement block rank tb chan slice prim m kind begin end sm`
@@ -55,8 +56,7 @@ void variant_free(Group *g, Variant *v) {
     if (v->dev[d].start) cudaEventDestroy(v->dev[d].start);
     free(v->dev[d].cubin), free(v->dev[d].tab), free(v->dev[d].ce), free(v->dev[d].ce_done), free(v->dev[d].hrun);
   }
-  for (int r = 0; v->opened && r < v->pf.nranks; r++)
-    if (v->opened[r]) cudaIpcCloseMemHandle(v->seg[r]);
+  ipc_close(v);
   for (int d = 0; g && d < g->ndevs; d++)
     if (v->dev[d].mod) cudaSetDevice(g->dev[d]), drv.unload(v->dev[d].mod);
   for (int i = 0; i < v->nallocs; i++) cudaFree(v->allocs[i]);
