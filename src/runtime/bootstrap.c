@@ -305,7 +305,10 @@ static void *serve(void *arg) {
         continue;
       }
       int c = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (c >= 0) take(s, no_delay(c), -1); /* else EINTR, or a connection that went away */
+      if (c >= 0) take(s, no_delay(c), -1);
+      else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        poll(NULL, 0, 10); /* out of descriptors: the connection waits, and this loop must not spin */
+      /* else EINTR, or a connection that went away */
     }
   }
   for (int i = 0; i < s->nranks; i++) /* a fault reaches every rank still here, waiting or not */
