@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -140,6 +142,34 @@ static void test_threads(void **state) {
     run_threads(r, nranks);
     for (int i = 0; i < nranks; i++) check_ok(&r[i]);
   }
+}
+
+/* Connections that say nothing (a probe, a health check), more of them
+   than the server keeps waiting: the ranks join at once all the same. The
+   id's address is read from its bytes as bootstrap.c lays them out. */
+static void test_silent(void **state) {
+  (void)state;
+  BsId id;
+  assert_int_equal(bs_serve(&id, 10), resccl_success);
+  struct {
+    uint32_t magic, len;
+    uint64_t tag;
+    struct sockaddr_in in;
+  } body;
+  memcpy(&body, id.bytes, sizeof body);
+  assert_int_equal(body.magic, 0x31425852u); /* "RXB1": the layout still holds */
+  int quiet[20];
+  for (int i = 0; i < 20; i++) {
+    quiet[i] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(quiet[i], (struct sockaddr *)&body.in, sizeof body.in), 0);
+  }
+  sleep_s(0.1);
+  Rank r[2] = {mk(&id, 0, 2, PAYLOAD, 10), mk(&id, 1, 2, PAYLOAD, 10)};
+  double t0 = now_s();
+  run_threads(r, 2);
+  assert_true(now_s() - t0 < 2);
+  for (int i = 0; i < 2; i++) check_ok(&r[i]);
+  for (int i = 0; i < 20; i++) close(quiet[i]);
 }
 
 /* Rounds of different sizes over the same connections, empty ones among them. */
@@ -519,7 +549,7 @@ int main(void) {
     cmocka_unit_test(test_empty_payload), cmocka_unit_test(test_processes),   cmocka_unit_test(test_process_ends),
     cmocka_unit_test(test_faults),      cmocka_unit_test(test_leave_waiting), cmocka_unit_test(test_leave_before),
     cmocka_unit_test(test_ex_round),    cmocka_unit_test(test_missing_rank),  cmocka_unit_test(test_bad_ids),
-    cmocka_unit_test(test_bad_calls),   cmocka_unit_test(test_all_ended),
+    cmocka_unit_test(test_bad_calls),   cmocka_unit_test(test_silent),        cmocka_unit_test(test_all_ended),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

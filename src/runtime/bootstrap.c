@@ -128,7 +128,10 @@ static int no_delay(int fd) {
 
 /* Round 0 is the join: connections are accepted until every rank has sent
    its hello; then the listening socket closes and every later round comes
-   over the ranks' own connections. */
+   over the ranks' own connections. A connection's hello is read once it
+   has come (up to PEND wait at once, each at most HELLO_S), so that one
+   that says nothing (a probe) holds no one up. */
+enum { PEND = 16 };
 typedef struct {
   int lfd;                 /* listening until round 0 is answered, then -1 */
   uint64_t tag;
@@ -144,6 +147,8 @@ typedef struct {
   int lead;                /* the rank that sent that hello (-1: none yet) */
   char *table;             /* this round's, nranks * n bytes (+1: never empty) */
   int stray;               /* a connection to answer that holds no rank, or -1 */
+  int pend[PEND];          /* round 0: connections accepted whose hello has not come, or -1 */
+  double pend_dl[PEND];    /* when each is dropped */
   Answer a;                /* a fault (code != 0) ends the server */
 } Server;
 
@@ -183,7 +188,7 @@ static void leave(Server *s, int r) {
 static void join(Server *s, const Hello *h) {
   int k = h->nranks;
   s->fd = malloc((size_t)k * sizeof *s->fd), s->waits = calloc((size_t)k, 1);
-  s->pf = malloc((size_t)(k + 1) * sizeof *s->pf), s->who = malloc((size_t)(k + 1) * sizeof *s->who);
+  s->pf = malloc((size_t)(k + 1 + PEND) * sizeof *s->pf), s->who = malloc((size_t)(k + 1 + PEND) * sizeof *s->who);
   if (!s->fd || !s->waits || !s->pf || !s->who) {
     free(s->fd), free(s->waits), free(s->pf), free(s->who);
     s->fd = NULL, s->waits = NULL, s->pf = NULL, s->who = NULL;
@@ -261,6 +266,12 @@ static void take(Server *s, int c, int r) {
   s->waits[h.rank] = 1, s->count++;
 }
 
+/* Close the connections still pending at `now` past their time (INFINITY: all). */
+static void drop_pending(Server *s, double now) {
+  for (int j = 0; j < PEND; j++)
+    if (s->pend[j] >= 0 && now >= s->pend_dl[j]) close(s->pend[j]), s->pend[j] = -1;
+}
+
 /* Every rank sent this round: each gets the table, and the next begins. */
 static void next_round(Server *s) {
   Answer ok = {0};
@@ -273,22 +284,31 @@ static void next_round(Server *s) {
   free(s->table);
   s->table = NULL, s->lead = -1, s->round++;
   if (s->lfd >= 0) close(s->lfd), s->lfd = -1; /* joined: no one else may */
+  drop_pending(s, INFINITY);
 }
 
 static void *serve(void *arg) {
   Server *s = arg;
-  struct pollfd lone;
+  struct pollfd lone[1 + PEND];
+  int lone_who[1 + PEND];
   while (!s->a.code && !(s->nranks && s->nleft == s->nranks)) {
     if (s->nranks && s->count == s->nranks) {
       next_round(s);
       continue;
     }
-    struct pollfd *pf = s->pf ? s->pf : &lone;
-    int k = 0;
-    if (s->lfd >= 0) pf[k++] = (struct pollfd){s->lfd, POLLIN, 0};
+    struct pollfd *pf = s->pf ? s->pf : lone;
+    int *who = s->who ? s->who : lone_who, k = 0;
+    double until = s->lfd >= 0 ? s->deadline : INFINITY; /* later rounds: the ranks' deadlines */
     for (int i = 0; i < s->nranks; i++)
-      if (s->fd[i] >= 0) s->who[k] = i, pf[k++] = (struct pollfd){s->fd[i], POLLIN, 0};
-    int r = poll(pf, (nfds_t)k, s->lfd >= 0 ? wait_ms(s->deadline) : -1); /* later rounds: the ranks' deadlines */
+      if (s->fd[i] >= 0) who[k] = i, pf[k++] = (struct pollfd){s->fd[i], POLLIN, 0};
+    for (int j = 0; j < PEND; j++)
+      if (s->pend[j] >= 0) who[k] = -2 - j, pf[k++] = (struct pollfd){s->pend[j], POLLIN, 0}, until = fmin(until, s->pend_dl[j]);
+    if (s->lfd >= 0) who[k] = -1, pf[k++] = (struct pollfd){s->lfd, POLLIN, 0}; /* last: hellos that came go first */
+    int r = poll(pf, (nfds_t)k, wait_ms(until));
+    if (r == 0 && now_s() < s->deadline) { /* a pending connection's time is up, not the join's */
+      drop_pending(s, now_s());
+      continue;
+    }
     if (r == 0) {
       int miss = 0;
       while (miss < s->nranks && s->waits[miss]) miss++;
@@ -300,17 +320,27 @@ static void *serve(void *arg) {
     }
     for (int i = 0; r > 0 && i < k && !s->a.code; i++) {
       if (!pf[i].revents) continue;
-      if (pf[i].fd != s->lfd) {
-        take(s, pf[i].fd, s->who[i]);
-        continue;
+      if (who[i] >= 0) {
+        take(s, pf[i].fd, who[i]);
+      } else if (who[i] <= -2) { /* its hello came */
+        s->pend[-2 - who[i]] = -1;
+        take(s, pf[i].fd, -1);
+      } else if (s->lfd >= 0) {
+        int c = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), j = 0;
+        if (c < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM))
+          poll(NULL, 0, 10); /* out of descriptors: the connection waits, and this loop must not spin */
+        if (c < 0) continue;   /* else EINTR, or a connection that went away */
+        while (j < PEND && s->pend[j] >= 0) j++;
+        if (j == PEND) { /* full: the one that has waited longest goes */
+          j = 0;
+          for (int q = 1; q < PEND; q++) j = s->pend_dl[q] < s->pend_dl[j] ? q : j;
+          close(s->pend[j]);
+        }
+        s->pend[j] = no_delay(c), s->pend_dl[j] = now_s() + HELLO_S;
       }
-      int c = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (c >= 0) take(s, no_delay(c), -1);
-      else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-        poll(NULL, 0, 10); /* out of descriptors: the connection waits, and this loop must not spin */
-      /* else EINTR, or a connection that went away */
     }
   }
+  drop_pending(s, INFINITY);
   for (int i = 0; i < s->nranks; i++) /* a fault reaches every rank still here, waiting or not */
     if (s->fd[i] >= 0) {
       if (s->a.code) answer(s->fd[i], &s->a, NULL, 0);
@@ -375,6 +405,7 @@ resccl_result_t bs_serve(BsId *id, double timeout_s) {
   int err = s ? 0 : ENOMEM;
   if (s) {
     *s = (Server){.lfd = lfd, .tag = b.tag, .deadline = deadline_of(timeout_s), .gone = -1, .lead = -1, .stray = -1};
+    for (int j = 0; j < PEND; j++) s->pend[j] = -1;
     err = pthread_create(&t, &at, serve, s);
   }
   pthread_attr_destroy(&at);
