@@ -495,10 +495,34 @@ local function plan_file(path)
   return head == "resccl-plan "
 end
 
---- Load an algorithm script.
+-- The shipped algorithms: beside these modules (the source tree's
+-- algorithms/, or <prefix>/share/resccl/algorithms installed), or nil.
+local function shipped()
+  local here = package.searchpath("resccl.dsl", package.path)
+  return here and here:gsub("/resccl/dsl%.lua$", ""):gsub("/[^/]*$", "") .. "/algorithms"
+end
+
+-- path, or where a bare name (no file of that name, no '/') finds a
+-- shipped algorithm: NAME or NAME.lua there; nil and a message where it
+-- finds none.
+local function find(path)
+  if core.file_kind(path) or path:find("/", 1, true) then return path end
+  local dir = shipped()
+  for _, f in ipairs(dir and { dir .. "/" .. path, dir .. "/" .. path .. ".lua" } or {}) do
+    if core.file_kind(f) then return f end
+  end
+  return nil, ("%s: no such file, nor a shipped algorithm of that name%s"):format(path,
+    dir and " in " .. dir or "")
+end
+
+--- Load an algorithm script: a file, or the name of a shipped algorithm
+--- (allreduce_ring).
 ---@param path string
 ---@return table algorithm
 function M.load(path)
+  local found, err = find(path)
+  if not found then error(err, 0) end
+  path = found
   if plan_file(path) then
     error(("%s:1: a resccl plan file (resccl compile --plan), which libresccl and resccl-bench load; "
       .. "not an algorithm"):format(path), 0)

@@ -24,6 +24,33 @@ describe("resccl", function()
     assert.equal(0, (h.cli { "sim", "algorithms/allgather_ring.lua", "--size", "1M", "-h" }))
   end)
 
+  it("finds a shipped algorithm by name from any folder, and takes files named with '='", function()
+    local bin = h.bin:sub(1, 1) == "/" and h.bin or os.getenv "PWD" .. "/" .. h.bin
+    local function elsewhere(args) -- from /tmp: code, stdout and stderr together
+      local p = assert(io.popen(("cd /tmp && '%s' %s 2>&1"):format(bin, args)))
+      local out = p:read "a"
+      local _, _, code = p:close()
+      return code, out
+    end
+    local code, out = elsewhere "verify allreduce_ring ranks=3"
+    assert.equal(0, code, out)
+    assert.matches("in%-place +ok", out)
+    code, out = elsewhere "verify allreduce_ringg ranks=3"
+    assert.equal(1, code)
+    assert.matches("allreduce_ringg: no such file, nor a shipped algorithm of that name in /", out)
+    -- a TE-CCL export's name holds '=': an existing file is a file; after "--" every argument is
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute(("mkdir -p %q && cp algorithms/allgather_ring.lua %q"):format(dir, dir .. "/ag-fuse=False.lua")))
+    code, out = h.cli { "verify", dir .. "/ag-fuse=False.lua", "ranks=2" }
+    assert.equal(0, code, out)
+    code, out = h.cli { "verify", "ranks=2", "--", dir .. "/ag-fuse=False.lua" }
+    assert.equal(0, code, out)
+    code = h.cli { "verify", "nothere=1", "ranks=2" } -- no such file: a key=value, and no FILE
+    assert.equal(2, code)
+    os.execute(("rm -rf %q"):format(dir))
+  end)
+
   it("refuses an option the command does not use", function()
     local cases = {
       { { "run", "algorithms/allgather_ring.lua", "--plan", "x" }, "--plan is an option of compile, not of run" },

@@ -74,7 +74,9 @@ options (each command refuses those it does not use):
 
 FILE may be a ReSCCLang script (.lua) or an MSCCL XML / TACCL JSON / TE-CCL
 JSON / MSCCL++ JSON file; an imported file runs on its own number of ranks by
-default.
+default. A name that is no file finds a shipped algorithm (allreduce_ring).
+An existing file is a file even with '=' in its name; after --, every
+argument is.
 
 sim options:
   --size S               buffer size, nccl-tests' size column (default 256M)
@@ -208,12 +210,16 @@ function M.parse(argv)
     if v:sub(1, 1) == "-" and v ~= "-" then error(("%s needs a file name, not %s"):format(flag, v), 0) end
     return v
   end
+  local files = false -- after "--": every argument is a file
   while i <= #argv do
     local a = argv[i]
-    if FOR[a] and not (" " .. FOR[a] .. " "):find(" " .. o.cmd .. " ", 1, true) then
+    if files or (a:find("=", 1, true) and a:sub(1, 1) ~= "-" and core.file_kind(a)) then -- a file, '=' or not
+      if o.file then error(("unexpected argument '%s'"):format(a), 0) end
+      o.file = a
+    elseif a == "--" then files = true
+    elseif FOR[a] and not (" " .. FOR[a] .. " "):find(" " .. o.cmd .. " ", 1, true) then
       error(("%s is an option of %s, not of %s"):format(a, FOR[a]:gsub(" ", ", "), o.cmd), 0)
-    end
-    if a == "--sched" then o.sched = value(a, NAMES.sched)
+    elseif a == "--sched" then o.sched = value(a, NAMES.sched)
     elseif a == "--tb" then o.tb = value(a, NAMES.tb)
     elseif a == "--order" then o.order = value(a, NAMES.order)
     elseif a == "--json" then o.json = true
