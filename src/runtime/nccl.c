@@ -235,10 +235,12 @@ static char *default_plans(int n) {
                              (unsigned long long)sb.st_mtim.tv_nsec ^ (unsigned long long)sa.st_size << 32 ^
                              (unsigned long long)sa.st_mtim.tv_sec * 7;
     snprintf(path, sizeof path, "%s/%s-r%d-%016llx.plan", cache, algs[i], n, key);
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-    if (access(path, R_OK) && (compile(bin, alg, n, tmp) || rename(tmp, path))) {
+    /* a name of its own (processes of other pid namespaces may share the cache), renamed whole into place */
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = access(path, R_OK) ? mkstemp(tmp) : -2;
+    if (fd != -2 && (fd < 0 || close(fd) || compile(bin, alg, n, tmp) || rename(tmp, path))) {
       fprintf(stderr, "resccl-nccl: %s compile %s ranks=%d failed: NCCL runs every call\n", bin, alg, n);
-      unlink(tmp);
+      if (fd >= 0) unlink(tmp);
       return free(list), NULL;
     }
     if (i) strcat(list, ":");
