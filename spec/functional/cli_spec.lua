@@ -64,9 +64,29 @@ describe("resccl", function()
     for _, c in ipairs(cases) do
       local code, out, err = h.cli(c[1])
       assert.equal(2, code)
-      assert.equal("", out)
+      -- asked for JSON, a refusal is JSON on stdout too
+      if c[1][3] == "--json" then assert.same({ error = { code = 2, message = c[2] } }, cjson.decode(out))
+      else assert.equal("", out) end
       assert.equal("resccl: " .. c[2] .. "\n(see 'resccl help')\n", err)
     end
+    -- sim --channels without --baseline would be ignored: refused; export needs its output
+    local code, _, err = h.cli { "sim", "algorithms/allgather_ring.lua", "--channels", "4" }
+    assert.equal(2, code)
+    assert.matches("%-%-channels is the baseline's", err)
+    code = h.cli { "export", "algorithms/allgather_ring.lua" }
+    assert.equal(2, code)
+  end)
+
+  it("with --json, prints a failure as JSON on stdout, with the exit code", function()
+    local code, out, err = h.cli { "sim", "spec/nothere.lua", "--json" }
+    assert.equal(1, code)
+    local e = cjson.decode(out).error
+    assert.equal(1, e.code)
+    assert.matches("spec/nothere.lua", e.message)
+    assert.matches("^resccl: .*spec/nothere.lua", err)
+    code, out = h.cli { "compile", "--json" }
+    assert.equal(2, code)
+    assert.same({ code = 2, message = "'compile' needs a FILE" }, cjson.decode(out).error)
   end)
 
   it("exits 2 on usage errors", function()

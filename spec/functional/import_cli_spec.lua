@@ -111,8 +111,8 @@ describe("resccl export", function()
 
   it("needs --msccl-xml and refuses in-place for out-of-place-only algorithms, as compile and sim do", function()
     local code, _, err = h.cli { "export", "algorithms/allgather_ring.lua", "ranks=4" }
-    assert.equal(1, code)
-    assert.equal("resccl: export needs --msccl-xml OUT.xml\n", err)
+    assert.equal(2, code) -- a usage error
+    assert.equal("resccl: export needs --msccl-xml OUT.xml\n(see 'resccl help')\n", err)
     -- and so do compile and sim, rather than fail the verifier
     for _, cmd in ipairs { { "export", "--msccl-xml", "-" }, { "compile" }, { "sim" } } do
       local args = { cmd[1], "algorithms/alltoall_direct.lua", "ranks=4", "--inplace", cmd[2], cmd[3] }

@@ -49,7 +49,8 @@ options (each command refuses those it does not use):
                          one TB per rank); plan files hold that form anyway
                          where a pull reduces and nothing is pushed, for mid
                          sizes
-  --json                 print one machine-readable report (not bench)
+  --json                 print one machine-readable report (not bench); a
+                         failure too: {"error": {"code": N, "message": M}}
   --dump dag|sched|lower|tb   print that stage (compile)
   --stop-after STAGE     stop after a pass: dag|sched|lower|tb|merge|lend|
                          offload|pull|analyse|verify (compile; not with
@@ -181,9 +182,11 @@ takes("sim", { "--size", "--tile", "--sweep", "--baseline", "--channels", "--dep
 takes("bench", { "-g", "--from", "-b", "-e", "-i", "-f", "-n", "-w", "-c", "-G", "-d", "--dtype", "--op", "--nccl",
   "--coll", "--virtual" })
 
---- Report a usage error; returns exit status 2.
+--- Report a usage error; returns exit status 2. The message is kept in
+--- M.last_usage for --json (resccl.cli.main).
 function M.usage_error(msg)
   io.stderr:write("resccl: ", msg, "\n(see 'resccl help')\n")
+  M.last_usage = msg
   return 2
 end
 

@@ -7,7 +7,6 @@ local report = require "resccl.cli.report"
 local M = {}
 
 function M.export(o)
-  if not o.msccl_xml then error("export needs --msccl-xml OUT.xml", 0) end
   if o.ce then return args.usage_error("export: --ce has no MSCCL form (an MSCCL runtime makes no copy-engine copies)") end
   if o.pull then return args.usage_error("export: --pull has no MSCCL form (an MSCCL runtime reads no peer's buffer)") end
   local alg, prog, topo = plans.build(o)

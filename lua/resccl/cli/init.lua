@@ -16,9 +16,8 @@ function M.help()
   return 0
 end
 
---- Entry point from main.c: argv[1..] are the arguments and argv[0] how resccl
---- was run (bench looks for resccl-bench beside it); returns the exit code.
-function M.main(argv)
+-- The command, its arguments checked first; returns the exit code.
+local function command(argv)
   local cmd = argv[1]
   if cmd == nil then io.stderr:write(args.usage()) return 2 end
   if cmd == "--version" or cmd == "version" then
@@ -36,6 +35,10 @@ function M.main(argv)
   local limits_ok, err = pcall(resccl.limits) -- RESCCL_BUDGET, RESCCL_MEMORY: blamed here, not on the script
   if not limits_ok then return args.usage_error(err) end
   if not o.file then return args.usage_error(("'%s' needs a FILE"):format(cmd)) end
+  if cmd == "export" and not o.msccl_xml then return args.usage_error("export needs --msccl-xml OUT.xml") end
+  if cmd == "sim" and o.channels and not o.baseline then
+    return args.usage_error("--channels is the baseline's (with --baseline); channels=K runs ours on K channels")
+  end
   local clash = args.overwrites(o)
   if clash then
     io.stderr:write("resccl: ", clash, "\n")
@@ -43,6 +46,25 @@ function M.main(argv)
   end
   o.argv0 = argv[0]
   return require("resccl.cli." .. COMMANDS[cmd])[cmd](o)
+end
+
+--- Entry point from main.c: argv[1..] are the arguments and argv[0] how resccl
+--- was run (bench looks for resccl-bench beside it); returns the exit code.
+--- With --json a failure also prints {"error": {"code": N, "message": M}} on
+--- standard output, so that a tool reading it gets something.
+function M.main(argv)
+  local json = false
+  for i = 2, #argv do json = json or argv[i] == "--json" end
+  if not json then return command(argv) end
+  args.last_usage = nil
+  local ok, code = pcall(command, argv)
+  local msg = not ok and tostring(code) or code == 2 and args.last_usage
+  if not ok then
+    code = msg:find "not enough memory" and 4 or 1
+    io.stderr:write("resccl: ", msg, "\n")
+  end
+  if msg then io.write(require("cjson").encode { error = { code = code, message = msg } }, "\n") end
+  return code
 end
 
 return M
