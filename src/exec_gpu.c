@@ -25,7 +25,8 @@ _Static_assert((int)RED_AVG == (int)resccl_avg && (int)NREDOP == (int)resccl_num
 static void *open_runtime(char *why, size_t n) {
   char exe[PATH_MAX], path[PATH_MAX + 32];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  const char *tries[] = {"%s/libresccl.so", "%s/../lib/libresccl.so", "%s/../lib64/libresccl.so"};
+  /* beside it (a build tree), in its prefix's library folder, then where the loader looks */
+  const char *tries[] = {"%s/" RESCCL_SONAME, "%s/../" RESCCL_LIBDIR "/" RESCCL_SONAME};
   if (len > 0) {
     exe[len] = '\0';
     *strrchr(exe, '/') = '\0';
@@ -37,8 +38,8 @@ static void *open_runtime(char *why, size_t n) {
       return dl;
     }
   }
-  void *dl = dlopen("libresccl.so", RTLD_NOW | RTLD_LOCAL);
-  if (!dl) snprintf(why, n, "libresccl.so not found (built only where the CUDA toolkit is): %s", dlerror());
+  void *dl = dlopen(RESCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) snprintf(why, n, RESCCL_SONAME " not found (built only where the CUDA toolkit is): %s", dlerror());
   return dl;
 }
 
