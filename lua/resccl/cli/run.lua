@@ -74,6 +74,7 @@ function M.run(o)
           e.error, ok = xerr, false
         else
           e.max_err, e.wrong, e.ms, e.first_wrong, e.ndev = res.max_err, res.wrong, res.ms, res.first_wrong, res.ndev
+          e.backend = res.ndev and "gpu" or "host"
           if res.wrong > 0 then ok = false end
         end
       end
@@ -103,9 +104,9 @@ function M.run(o)
     if e.skipped then what = "skipped: " .. e.skipped
     elseif e.error then what = "FAILED: " .. e.error
     else
-      what = ("%s%s %s count=%d nmicro=%d: max error %g, %d wrong (%.3f ms)%s"):format(
-        e.ndev and ("GPU x" .. e.ndev .. " ") or "", ea.dtype or "f32", ea.op or "sum", ea.count, ea.nmicro,
-        e.max_err, e.wrong, e.ms, e.first_wrong and ("; first: " .. e.first_wrong) or "")
+      what = ("%s %s count=%d nmicro=%d: max error %g, %d wrong (%.3f ms %s)%s"):format(ea.dtype or "f32",
+        ea.op or "sum", ea.count, ea.nmicro, e.max_err, e.wrong, e.ms, e.ndev and ("on " .. e.ndev .. " GPU"
+        .. (e.ndev > 1 and "s" or "")) or "on the host", e.first_wrong and ("; first: " .. e.first_wrong) or "")
     end
     line(e.placement == "in-place" and "exec inplace" or "exec", what)
   end
