@@ -54,7 +54,7 @@ describe("resccl", function()
   it("refuses an option the command does not use", function()
     local cases = {
       { { "run", "algorithms/allgather_ring.lua", "--plan", "x" }, "--plan is an option of compile, not of run" },
-      { { "import", "spec/fixtures/import/ring_ar3.xml", "--msccl-xml", "x" },
+      { { "import", "examples/ring_allreduce3.xml", "--msccl-xml", "x" },
         "--msccl-xml is an option of export, not of import" },
       { { "verify", "algorithms/allgather_ring.lua", "--inplace" },
         "--inplace is an option of compile, export, sim, not of verify" },
@@ -158,7 +158,7 @@ describe("resccl", function()
     local outputs = {
       { "compile", "algorithms/allreduce_ring.lua", "--plan", path },
       { "export", "algorithms/allreduce_ring.lua", "--msccl-xml", path },
-      { "import", "spec/fixtures/import/ring_ar3.xml", "-o", path },
+      { "import", "examples/ring_allreduce3.xml", "-o", path },
       { "sim", "algorithms/allreduce_ring.lua", "--trace", path },
       { "sim", "algorithms/allreduce_ring.lua", "--svg", path },
     }
@@ -205,7 +205,7 @@ describe("resccl", function()
       { "compile", "algorithms/allreduce_ring.lua", "--plan", "--json" },
       { "export", "algorithms/allreduce_ring.lua", "--msccl-xml", "--json" },
       { "sim", "algorithms/allreduce_ring.lua", "--trace", "--json" },
-      { "import", "spec/fixtures/import/ring_ar3.xml", "-o", "--json" },
+      { "import", "examples/ring_allreduce3.xml", "-o", "--json" },
     } do
       local code, _, err = h.cli(args)
       assert.equal(2, code, args[3])
@@ -368,7 +368,7 @@ describe("resccl", function()
       assert.equal("", out)
       assert.matches("^resccl: %-%-stop%-after is an option of compile, not of " .. cmd .. "\n", err)
     end
-    local code, _, err = h.cli { "import", "spec/fixtures/import/ring_ar3.xml", "--stop-after=dag" }
+    local code, _, err = h.cli { "import", "examples/ring_allreduce3.xml", "--stop-after=dag" }
     assert.equal(2, code)
     assert.matches("^resccl: %-%-stop%-after is an option of compile, not of import\n", err)
     local path = os.tmpname()

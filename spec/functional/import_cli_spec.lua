@@ -6,9 +6,9 @@ local FIX = "spec/fixtures/import/"
 
 describe("resccl import", function()
   it("prints format, collective, ranks, chunks, tasks, the file's TBs and ours, and the verdict", function()
-    local code, out = h.cli { "import", FIX .. "ring_ar3.xml" }
+    local code, out = h.cli { "import", "examples/ring_allreduce3.xml" } -- the shipped example
     assert.equal(0, code)
-    assert.matches("source%s+" .. FIX .. "ring_ar3.xml %(MSCCL XML%)", out)
+    assert.matches("source%s+examples/ring_allreduce3.xml %(MSCCL XML%)", out)
     assert.matches("collective%s+allreduce, 3 ranks, 3 chunks per block; in%-place", out)
     assert.matches("tasks%s+15 transfers imported; %d+ tasks after placement %(out%-of%-place%)", out)
     assert.matches("file TBs%s+max 1 %(1 1 1%)", out)

@@ -74,7 +74,7 @@ describe("MSCCL XML import", function()
     end)
 
     it("s, rrs, rrcs, rcs and r make a ring all-reduce; rrs forwards from its dead source", function()
-      local i = imp "ring_ar3.xml"
+      local i = import.read "examples/ring_allreduce3.xml"
       assert.are.same({ "allreduce", 3, 3 }, { i.collective, i.ranks, i.chunks })
       assert.are.equal(6, count(i, function(x) return x.op == "reduce" end)) -- rrs and rrcs, 3 chunks each
       local v, prog = verdicts(i)
@@ -128,7 +128,8 @@ describe("MSCCL XML import", function()
     end)
 
     it("executes correctly on the host executor", function()
-      for _, f in ipairs { "ring_ar3.xml", "local_ops.xml", "a2a_oop.xml", "staged.xml", "rrs_live.xml" } do
+      for _, f in ipairs { "../../../examples/ring_allreduce3.xml", "local_ops.xml", "a2a_oop.xml", "staged.xml",
+        "rrs_live.xml" } do
         local plan = verdicts(imp(f)).plan
         local r = assert(plan:exec { count = 96, nmicro = 2 })
         assert.are.equal(0, r.wrong, f)
