@@ -10,6 +10,18 @@
 
 #include "wfile.h"
 
+/* The folders above the file at path, made where missing (as mkdir -p,
+   the umask applied): 0, or errno. */
+static int make_parents(char *path) {
+  for (char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+    *p = '\0';
+    int err = mkdir(path, 0777) == 0 || errno == EEXIST ? 0 : errno;
+    *p = '/';
+    if (err) return err;
+  }
+  return 0;
+}
+
 int wfile_write(const char *path, const void *data, size_t n, mode_t mode) {
   size_t len = strlen(path);
   char *tmp = malloc(len + sizeof ".XXXXXX");
@@ -17,6 +29,10 @@ int wfile_write(const char *path, const void *data, size_t n, mode_t mode) {
   memcpy(tmp, path, len);
   memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX");
   int fd = mkstemp(tmp), err = fd < 0 ? errno : 0;
+  if (fd < 0 && err == ENOENT && !(err = make_parents(tmp))) {
+    memcpy(tmp + len, ".XXXXXX", sizeof ".XXXXXX"); /* mkstemp may have changed it */
+    fd = mkstemp(tmp), err = fd < 0 ? errno : 0;
+  }
   if (fd >= 0) {
     fchmod(fd, mode); /* mkstemp's is private */
     FILE *f = fdopen(fd, "wb");

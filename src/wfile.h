@@ -11,8 +11,9 @@
 
 /* Write n bytes into a new file of its own beside path (mkstemp: never one
    that was there, nor a link's target), with the given mode, then rename it
-   over path. 0, or the errno of the failure; then path is as it was and
-   nothing is left behind. */
+   over path; the folders above path are made where missing (mkdir -p). 0,
+   or the errno of the failure; then path is as it was and no file is left
+   behind (folders made stay). */
 int wfile_write(const char *path, const void *data, size_t n, mode_t mode);
 
 /* The file at path, whole, in a malloc'd buffer with a NUL after it, its

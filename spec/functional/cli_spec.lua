@@ -51,6 +51,20 @@ describe("resccl", function()
     os.execute(("rm -rf %q"):format(dir))
   end)
 
+  it("makes the folders an output file needs", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    local code, out, err = h.cli { "compile", "algorithms/allgather_ring.lua", "ranks=2", "--plan", dir .. "/a/b/ag.plan" }
+    assert.equal(0, code, err)
+    local f = assert(io.open(dir .. "/a/b/ag.plan"))
+    assert.equal("resccl-plan ", f:read(12))
+    f:close()
+    code, out = h.cli { "sim", "algorithms/allgather_ring.lua", "ranks=2", "--svg", dir .. "/svg/x.svg" }
+    assert.equal(0, code, out)
+    assert.truthy(io.open(dir .. "/svg/x.svg"))
+    os.execute(("rm -rf %q"):format(dir))
+  end)
+
   it("refuses an option the command does not use", function()
     local cases = {
       { { "run", "algorithms/allgather_ring.lua", "--plan", "x" }, "--plan is an option of compile, not of run" },
@@ -182,11 +196,11 @@ describe("resccl", function()
       assert.equal("old", h.read(path), what)
       assert.equal("out\nout.tmp\n", listing(), what) -- nothing left behind
       assert.equal("mine", h.read(path .. ".tmp"), what)
-      -- a folder that does not exist
-      args[#args] = dir .. "/no/out"
+      -- a folder that cannot be made (a file is where it would go); a missing one is made
+      args[#args] = path .. "/no/out"
       code, _, err = h.cli(args)
       assert.equal(1, code, what)
-      assert.matches("^resccl: cannot write " .. dir .. "/no/out: ", err, what)
+      assert.equal("resccl: cannot write " .. path .. "/no/out: Not a directory\n", err, what)
     end
     -- what is not a regular file is not replaced
     assert(os.execute("mkfifo " .. path .. ".fifo"))
