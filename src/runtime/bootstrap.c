@@ -276,6 +276,9 @@ static void drop_pending(Server *s, double now) {
 static void next_round(Server *s) {
   Answer ok = {0};
   size_t bytes = (size_t)s->nranks * s->n;
+  /* joined: no one else may, and an id used again, even at once, is refused */
+  if (s->lfd >= 0) close(s->lfd), s->lfd = -1;
+  drop_pending(s, INFINITY);
   s->count = 0;
   for (int i = 0; i < s->nranks; i++) {
     s->waits[i] = 0;
@@ -283,8 +286,6 @@ static void next_round(Server *s) {
   }
   free(s->table);
   s->table = NULL, s->lead = -1, s->round++;
-  if (s->lfd >= 0) close(s->lfd), s->lfd = -1; /* joined: no one else may */
-  drop_pending(s, INFINITY);
 }
 
 static void *serve(void *arg) {
