@@ -19,6 +19,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(hidden) /* never a library's export */
+
 typedef enum { SET_INT, SET_REAL, SET_SIZE, SET_DURATION, SET_BOOL } SetKind;
 
 typedef struct {
@@ -38,6 +40,8 @@ int setting_parse(const char *name, const char *text, const Setting *s, double *
    text, is in s's range and a multiple of its step: 0, or -1 with the
    message in err. */
 int setting_check(const char *name, double x, const Setting *s, char *err);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

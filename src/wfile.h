@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#pragma GCC visibility push(hidden) /* never a library's export */
+
 /* Write n bytes into a new file of its own beside path (mkstemp: never one
    that was there, nor a link's target), with the given mode, then rename it
    over path; the folders above path are made where missing (mkdir -p). 0,
@@ -20,5 +22,7 @@ int wfile_write(const char *path, const void *data, size_t n, mode_t mode);
    size in *n; NULL with errno set where it cannot be read or holds more
    than max bytes (EFBIG). */
 char *wfile_read(const char *path, size_t max, size_t *n);
+
+#pragma GCC visibility pop
 
 #endif

@@ -528,7 +528,7 @@ static resccl_result_t plan_runs(const char *dir, const char *coll, const char *
   return rc;
 }
 
-/* The settings a plan is loaded with, read from the environment (rt_conf_env, which resccl_plan_load
+/* The settings a plan is loaded with, read from the environment (resccl_x_conf_env, which resccl_plan_load
    calls before it needs a GPU): values with units, and bad ones refused with their name and text. */
 static void settings(void) {
   static const struct {
@@ -558,7 +558,7 @@ static void settings(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     RtConf c;
     setenv(cases[i].var, cases[i].value, 1);
-    resccl_result_t rc = rt_conf_env(&c);
+    resccl_result_t rc = resccl_x_conf_env(&c);
     unsetenv(cases[i].var);
     if (cases[i].says)
       CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), cases[i].says), "%s=%s: %d, '%s'",
@@ -569,7 +569,7 @@ static void settings(void) {
   RtConf c;
   setenv("RESCCL_TIMEOUT", "1m", 1), setenv("RESCCL_SLOT_BYTES", "256KiB", 1), setenv("RESCCL_CE_FROM", "8 MiB", 1);
   setenv("RESCCL_DIRECT", "off", 1), setenv("RESCCL_NCHANNELS", "", 1);
-  resccl_result_t rc = rt_conf_env(&c);
+  resccl_result_t rc = resccl_x_conf_env(&c);
   CHECK(rc == resccl_success && c.timeout_s == 60 && c.slot_bytes == 256 << 10 && c.ce_from == 8 << 20 &&
         c.ce_from_blockless == 8 << 20 && c.direct == 0 && c.nchan == 0 && c.threads == RT_THREADS,
         "settings read as %g s, %zu, %zu, %d, %d", c.timeout_s, c.slot_bytes, c.ce_from, c.direct, c.nchan);
@@ -583,7 +583,7 @@ int main(int argc, char **argv) {
     settings();
     for (int i = 2; i < argc; i++) {
       /* the reduce-scatter plan at RESCCL_THREADS's largest, the others at the default */
-      resccl_result_t rc = rt_plan_build(argv[i], 90, strstr(argv[i], "reducescatter") ? 1024 : 0);
+      resccl_result_t rc = resccl_x_plan_build(argv[i], 90, strstr(argv[i], "reducescatter") ? 1024 : 0);
       CHECK(rc == resccl_success, "%s: %s", argv[i], resccl_get_error_string(rc));
       if (rc == resccl_success) printf("built %s for sm_90\n", argv[i]);
     }
@@ -591,7 +591,7 @@ int main(int argc, char **argv) {
     char opts[2000] = "";
     for (int i = 0; i < 400; i++) strcat(opts, "-DX ");
     setenv("RESCCL_NVRTC_OPTIONS", opts, 1);
-    resccl_result_t rc = rt_plan_build(argv[2], 90, 0);
+    resccl_result_t rc = resccl_x_plan_build(argv[2], 90, 0);
     CHECK(rc == resccl_invalid_argument && strstr(resccl_get_last_error(), "too long"), "1600 bytes of options: %d", rc);
     unsetenv("RESCCL_NVRTC_OPTIONS");
     int version = -1;

@@ -84,7 +84,7 @@ resccl_result_t resccl_get_unique_id(resccl_unique_id *id) {
   _Static_assert(sizeof(BsId) <= sizeof(resccl_unique_id), "an id holds the rendezvous's");
   if (!id) return rt_fail(resccl_invalid_argument, "resccl_get_unique_id: id is NULL");
   RtConf c;
-  TRY(rt_conf_env(&c));
+  TRY(resccl_x_conf_env(&c));
   BsId b;
   TRY(bs_serve(&b, c.timeout_s));
   memset(id, 0, sizeof *id);
@@ -176,7 +176,7 @@ resccl_result_t resccl_comm_init_rank(resccl_comm_t *comm, int nranks, resccl_un
   CU(cudaFree(0)); /* the device's primary context, before anything maps into it */
   TRY(drv_open());
   RtConf c;
-  TRY(rt_conf_env(&c));
+  TRY(resccl_x_conf_env(&c));
   BsId b;
   memcpy(b.bytes, id.internal, sizeof b.bytes);
   Exchange *x;

@@ -14,7 +14,7 @@
 #include "../../kernels-templates/tile.h"
 
 /* RtConf's settings, each a variable of a kind and range (setting.h):
-   rt_conf_env reads them, and rt_plan_load checks every RtConf against them
+   resccl_x_conf_env reads them, and rt_plan_load checks every RtConf against them
    wherever its values came from (job.c's, from resccl run's arguments). */
 enum { NCHANNELS, SLICES, THREADS, SLOTS, SLOT_BYTES, TILE_BYTES, NMICRO, DIRECT, TIMEOUT, CE_FROM, PULL_FROM,
        PULL_BELOW, NVARS };
@@ -67,7 +67,7 @@ static unsigned env_dtypes(const char *v) {
   return m;
 }
 
-resccl_result_t rt_conf_env(RtConf *c) {
+resccl_result_t resccl_x_conf_env(RtConf *c) {
   /* Large tiles: each handshake (fence, flag, slot) then moves a MiB or more
      per channel; 4 MiB tiles lost 20-35% at 512 MiB on 2xH200 (docs/journal/gpu-2026-11-30.md).
      Copy-engine forms from 64 MiB, and from 16 MiB where they leave no

@@ -6,6 +6,8 @@
 #ifndef RESCCL_GROUP_H
 #define RESCCL_GROUP_H
 
+#pragma GCC visibility push(hidden) /* libresccl's own (runtime.h) */
+
 typedef struct GqCall {
   const void *rank;          /* its communicator */
   const void *comms;         /* the communicator group that rank belongs to */
@@ -56,5 +58,7 @@ int gq_open_reserve(GqOpens *o, int more);
 void gq_open_note(GqOpens *o, unsigned long long seq, const GqSig *s, int ranks, int nranks);
 /* Forget the records of a form (its plan is unloaded). */
 void gq_open_forget(GqOpens *o, const void *form);
+
+#pragma GCC visibility pop
 
 #endif

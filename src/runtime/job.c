@@ -81,7 +81,7 @@ int resccl_x_run_job(const RxGpuJob *j, RxGpuOut *out) {
   for (int r = 0; r < R; r++) devs[r] = r % ndev;
   OK(resccl_comm_init_all(comm, R, devs));
   RtConf conf;
-  OK(rt_conf_env(&conf));
+  OK(resccl_x_conf_env(&conf));
   conf.nchan = j->nchan, conf.threads = j->threads ? j->threads : conf.threads, conf.nslots = j->nslots, conf.slot_bytes = j->slot_bytes;
   conf.nmicro = j->nmicro, conf.timeout_s = j->timeout_s, conf.direct = j->direct;
   conf.dtypes = conf.dtypes ? conf.dtypes : 1u << j->dtype; /* the one it runs: built in about half the time */

@@ -3,7 +3,7 @@
 ** checked (planfile.c), every placement's kernel built for each GPU arch
 ** at once (kernels.c) and set up on the GPUs (variant.c), then given its
 ** sizes among the collective's loaded plans; unloading; and building a
-** plan file's kernels without a GPU (rt_plan_build).
+** plan file's kernels without a GPU (resccl_x_plan_build).
 */
 #include <errno.h>
 #include <stdint.h>
@@ -229,7 +229,7 @@ resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf 
   return load_as(comm, path, conf, lo, hi, resccl_success);
 }
 
-resccl_result_t rt_plan_build(const char *path, int arch, int threads) {
+resccl_result_t resccl_x_plan_build(const char *path, int arch, int threads) {
   PfSection *sec;
   int n;
   resccl_result_t rc = pf_read(path, &sec, &n, NULL);
@@ -250,7 +250,7 @@ resccl_result_t resccl_plan_load(resccl_comm_t comm, const char *path) {
 resccl_result_t resccl_plan_load_range(resccl_comm_t comm, const char *path, size_t min_bytes, size_t max_bytes) {
   RtConf c;
   memset(&c, 0, sizeof c);
-  return load_as(comm, path, &c, min_bytes, max_bytes, rt_conf_env(&c));
+  return load_as(comm, path, &c, min_bytes, max_bytes, resccl_x_conf_env(&c));
 }
 
 resccl_result_t resccl_plan_blocks(resccl_comm_t comm, const char *coll, int *blocks) {

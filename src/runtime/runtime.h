@@ -11,6 +11,12 @@
 
 #include "resccl.h"
 
+/* Everything here stays inside libresccl (hidden) but the two entry points
+   marked RX_EXPORT, which its tests call: the library exports resccl_*
+   alone (CTest exports). */
+#define RX_EXPORT __attribute__((visibility("default")))
+#pragma GCC visibility push(hidden)
+
 /* Threads per block by default. On 2xH200, 1024 lost 2-13% on all-reduce and
    all-gather; reduce-scatter gained with it until the tile arithmetic moved to
    one thread, and now loses up to 12% below 32 MiB and is even above
@@ -39,7 +45,7 @@ typedef struct {
    RESCCL_DIRECT, RESCCL_TIMEOUT, RESCCL_CE_FROM, RESCCL_PULL_FROM, RESCCL_PULL_BELOW, RESCCL_TRACE and RESCCL_DTYPES
    into c (src/setting.c reads them; docs/runtime.md lists them), the defaults where unset or empty; a bad one
    fails with resccl_invalid_argument and `NAME=value: what is wrong`. */
-resccl_result_t rt_conf_env(RtConf *c);
+RX_EXPORT resccl_result_t resccl_x_conf_env(RtConf *c);
 /* Load a plan for calls of lo to hi bytes (resccl_plan_load_range). */
 resccl_result_t rt_plan_load(resccl_comm_t comm, const char *path, const RtConf *conf, size_t lo, size_t hi);
 /* The cubin of a kernel source for sm_<arch>, blocks of `threads`, reducing `dtypes` (RtConf.dtypes) (NVRTC,
@@ -60,7 +66,7 @@ typedef struct {
 resccl_result_t rt_build_all(RtBuild *b, int n);
 /* Build every placement of a plan file for sm_<arch> and `threads` (0: RT_THREADS): the check CI
    can run without a GPU. */
-resccl_result_t rt_plan_build(const char *path, int arch, int threads);
+RX_EXPORT resccl_result_t resccl_x_plan_build(const char *path, int arch, int threads);
 /* ------------------------------------------------------------ planfile.c */
 
 enum { CE_INTS = 9 };        /* numbers of a copy-engine copy: src rbuf ridx dst wbuf widx cnt flag after */
@@ -122,15 +128,12 @@ int rt_debug_level(void);
     if (r_ != resccl_success) return r_;   \
   } while (0)
 
-/* What follows, and objects.h, stays inside libresccl (hidden): the library
-   exports the API and the internals above, which tests and tools link to. */
-#pragma GCC visibility push(hidden)
 /* 1: rt_fail records the message but does not print it (error.c). */
 void rt_quiet(int on);
 /* Element sizes and short names per resccl_datatype_t, as the compiler has them (dtypes.h; config.c). */
 extern const size_t rt_dtype_size[resccl_num_types];
 extern const char *const rt_dtype_name[resccl_num_types];
-/* Every setting of c in its variable's range (config.c; rt_conf_env's are already). */
+/* Every setting of c in its variable's range (config.c; resccl_x_conf_env's are already). */
 resccl_result_t conf_check(const RtConf *c);
 #pragma GCC visibility pop
 
