@@ -73,10 +73,31 @@ static void setpath(lua_State *L) {
 
 /* ------------------------------------------------------------------ REPL */
 
+#ifdef RESCCL_READLINE
+/* The REPL's history across sessions: $RESCCL_HISTORY, else ~/.resccl_history
+   ("" where neither names one). */
+static char history[4096];
+
+static void history_open(void) {
+  const char *env = getenv("RESCCL_HISTORY"), *home = getenv("HOME");
+  int n = env && *env ? snprintf(history, sizeof history, "%s", env)
+          : home && *home ? snprintf(history, sizeof history, "%s/.resccl_history", home) : 0;
+  if (n <= 0 || (size_t)n >= sizeof history) history[0] = '\0';
+  else if (read_history(history) != 0) write_history(history); /* none yet: an empty one, to append to */
+}
+
+static void history_close(void) {
+  if (history[0]) history_truncate_file(history, 1000);
+}
+#endif
+
 static char *readline_(const char *prompt) {
 #ifdef RESCCL_READLINE
   char *l = readline(prompt);
-  if (l && *l) add_history(l);
+  if (l && *l) {
+    add_history(l);
+    if (history[0]) append_history(1, history);
+  }
   return l;
 #else
   static char buf[4096];
@@ -154,6 +175,9 @@ static void repl(lua_State *L) {
   if (docall(L, 1, 1) == LUA_OK) lua_setglobal(L, "core");
   else lua_pop(L, 1);
   char *line;
+#ifdef RESCCL_READLINE
+  history_open();
+#endif
   while ((line = readline_("> ")) != NULL) {
     int base = lua_gettop(L);
     int status = loadline(L, &line);
@@ -162,6 +186,9 @@ static void repl(lua_State *L) {
     if (status == LUA_OK) print_results(L, base);
     else report_error(lua_tostring(L, -1)), lua_settop(L, base);
   }
+#ifdef RESCCL_READLINE
+  history_close();
+#endif
   putchar('\n');
 }
 

@@ -1,15 +1,17 @@
 -- resccl repl: expressions echo, multi-line input, compact object summaries.
 local h = require "helper"
 
-local function repl(input)
-  local path = os.tmpname()
+-- The REPL on input; its history goes to `history` (a file of its own by default, never ~'s).
+local function repl(input, history)
+  local path, hist = os.tmpname(), history or os.tmpname()
   local f = assert(io.open(path, "w"))
   f:write(input)
   f:close()
-  local p = assert(io.popen(("%s repl <%s 2>&1"):format(h.bin, path)))
+  local p = assert(io.popen(("RESCCL_HISTORY=%s %s repl <%s 2>&1"):format(hist, h.bin, path)))
   local out = p:read "a"
   local _, _, code = p:close()
   os.remove(path)
+  if not history then os.remove(hist) end
   return code, out
 end
 
@@ -28,6 +30,18 @@ core.topo("a100:2x4")
     assert.matches("Schedule hpds: 16 tasks in 3 sub%-pipelines", out)
     assert.matches("Program allreduce_ring: allreduce on 3 ranks, 3 chunks per block, 15 transfers", out)
     assert.matches("Topo a100:2x4: 2 nodes x 4 GPUs", out)
+  end)
+
+  it("keeps its history across sessions (RESCCL_HISTORY, else ~/.resccl_history)", function()
+    local hist = os.tmpname()
+    os.remove(hist)
+    assert.equal(0, (repl("1 + 1\n'one'\n", hist)))
+    assert.equal(0, (repl("'two'\n", hist)))
+    local f = io.open(hist)
+    local text = f and f:read "a" or ""
+    if f then f:close() end
+    os.remove(hist)
+    assert.equal("1 + 1\n'one'\n'two'\n", text)
   end)
 
   it("continues incomplete input and survives errors", function()
