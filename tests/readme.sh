@@ -21,7 +21,8 @@ while IFS= read -r line; do
   [ -n "$line" ] || continue
   n=$((n + 1))
   rc=0
-  (cd "$tmp" && PATH="$(dirname "$bin"):$PATH" sh -c "$line" </dev/null >"$tmp/out" 2>&1) || rc=$?
+  (cd "$tmp" && PATH="$(dirname "$bin"):$PATH" RESCCL_HISTORY="$tmp/history" sh -c "$line" </dev/null >"$tmp/out" 2>&1) ||
+    rc=$?
   case "$line" in "resccl bench "*) # skipped without GPUs, or without the CUDA toolkit to build it
     if [ $rc = 77 ] || grep -q "resccl-bench not built" "$tmp/out"; then rc=0; fi ;;
   esac
