@@ -4,12 +4,14 @@
 ** with what each holds per GPU, a queued call, the CUDA driver's entry
 ** points, and the functions that pass them between the files.
 **
-** A group is the set of communicators one resccl_comm_init_all made
+** A group is the set of communicators one resccl_comm_init_all made, or the
+** ranks of one resccl_comm_init_rank's job, of which this process holds one
 ** (comm.c); it owns the loaded plans. Loading a plan (plan.c) reads the plan
 ** file, builds each placement's kernel for every GPU's arch, all at once
 ** (kernels.c: NVRTC, cubins cached on disk), and allocates what lives as
-** long as the plan (variant.c): per connection and channel a FIFO in the
-** receiver's memory, per GPU the flags, the block tables and each block's
+** long as the plan (variant.c): per rank one segment of what peers reach
+** (its FIFO ends, its started and finished words; shared across processes
+** by transport_ipc.c), per GPU the flags, the block tables and each block's
 ** count of the calls it ran. A call (call.c) is checked, resolved to its
 ** plan and form, and queued inside resccl_group_start/end; its launch
 ** (launch.c) only fills the kernel argument (RxArgs,

@@ -1,8 +1,10 @@
 /*
 ** variant.c — one placement (form) of a loaded plan on the GPUs of its
-** group: its kernel loaded on each, its FIFOs, flags, counters and block
-** tables allocated and filled, its copy-engine streams; freed at unload,
-** after RESCCL_TRACE's events of its last call are written.
+** group: its kernel loaded on each, each rank's segment laid out (FIFO
+** ends, started and finished words) and this process's allocated, flags,
+** counters and block tables allocated, then, once every rank's segment is
+** known (transport.h), the FIFO tables filled; its copy-engine streams;
+** freed at unload, after RESCCL_TRACE's events of its last call are written.
 */
 #include <stdio.h>
 #include <stdlib.h>
