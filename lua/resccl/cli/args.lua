@@ -286,6 +286,31 @@ function M.usage()
   return (USAGE:gsub("TOPOLOGIES", function() return require("resccl.topo").presets() end))
 end
 
+--- One command's usage: its entry in the command list, the options it
+--- takes (each as the whole usage words it), then what every command shares
+--- (FILE, key=value arguments, sizes, exit status).
+function M.usage_for(cmd)
+  local text, lines, entry, options = M.usage(), {}, {}, {}
+  for line in text:gmatch "([^\n]*)\n" do lines[#lines + 1] = line end
+  local i = 1
+  while i <= #lines do
+    local j = i + 1 -- a block: a line at column 2, then the lines indented past it
+    while j <= #lines and lines[j]:match "^     " do j = j + 1 end
+    local head, into = lines[i], nil
+    if head:find("^  " .. cmd .. " ") then into = entry
+    elseif head:match "^  %-" then
+      for flag in head:gmatch "%f[%w-]%-%-?%a[%w-]*" do
+        if FOR[flag] and (" " .. FOR[flag] .. " "):find(" " .. cmd .. " ", 1, true) then into = options end
+      end
+    end
+    for k = i, into and j - 1 or 0 do into[#into + 1] = lines[k] end
+    i = j
+  end
+  return ("usage: resccl %s FILE [key=value ...] [options]\n\n%s\n\noptions:\n%s\n\n%s\n%s"):format(cmd,
+    table.concat(entry, "\n"), table.concat(options, "\n"), text:match "\n(FILE may be.-\n)\n",
+    text:match "\n(key=value arguments.*)$")
+end
+
 -- The options that write a file (--plan, -o, --msccl-xml, --trace, --svg).
 local OUTPUTS = { "plan", "output", "msccl_xml", "trace", "svg" }
 

@@ -27,7 +27,10 @@ local function command(argv)
   if cmd == "help" or cmd == "--help" or cmd == "-h" then return M.help() end
   if not (COMMANDS[cmd] or cmd == "repl") then return args.usage_error(("unknown command '%s'"):format(cmd)) end
   for i = 2, #argv do
-    if argv[i] == "--help" or argv[i] == "-h" then return M.help() end
+    if argv[i] == "--help" or argv[i] == "-h" then
+      io.write(cmd == "repl" and args.usage() or args.usage_for(cmd))
+      return 0
+    end
   end
   if cmd == "repl" then return args.usage_error("'repl' takes no arguments") end -- main.c runs a bare `resccl repl`
   local ok, o = pcall(args.parse, argv)
