@@ -118,7 +118,7 @@ describe("core.program", function()
       end
       f:close()
       io.open(log, "w"):close()
-      local p = assert(io.popen(("CC=%s %s repl <%s 2>&1"):format(cc, h.bin, input)))
+      local p = assert(io.popen(("CC=%s RESCCL_HISTORY=%s.history %s repl <%s 2>&1"):format(cc, input, h.bin, input)))
       local out = p:read "a"
       p:close()
       assert.equal(#tbs, select(2, out:gsub("wrong\t0", "")), out)
@@ -133,7 +133,7 @@ describe("core.program", function()
     assert.is_true(units >= 2)
     assert.equal(1, links)
     assert.same({ units, 2 }, { run { "state", "conn" } })
-    for _, path in ipairs { log, cc, input } do os.remove(path) end
+    for _, path in ipairs { log, cc, input, input .. ".history" } do os.remove(path) end
   end)
 
   it("names the chunk that recorded a transfer, as Lua names it", function()
