@@ -28,6 +28,7 @@
 #include <nccl.h>
 
 #include "resccl.h"
+#include "../fnv.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -470,8 +471,7 @@ typedef struct {
 static int made_alone(Pending *const *q, int k, const char *plans) {
   pthread_once(&cu_once, cu_load);
   int n = q[0]->nranks, alone = cu_ok;
-  Vote mine = {plans ? k : 0, 0, 0xcbf29ce484222325ull};
-  for (const char *c = plans; c && *c; c++) mine.plans = (mine.plans ^ (unsigned char)*c) * 0x100000001b3ull;
+  Vote mine = {plans ? k : 0, 0, fnv1a(FNV_BASIS, plans ? plans : "", plans ? strlen(plans) : 0)};
   void **ctx = calloc((size_t)k, sizeof *ctx), *popped;
   unsigned long long *buf = calloc((size_t)k, sizeof *buf);
   Vote *all = calloc((size_t)n, sizeof *all);

@@ -14,6 +14,7 @@
 #include "exchange.h"
 #include "objects.h"
 #include "transport.h"
+#include "../fnv.h"
 #include "../wfile.h"
 
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned long long *hash) {
@@ -23,7 +24,7 @@ resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned l
   if (!text)
     return errno == EFBIG ? rt_fail(resccl_invalid_argument, "%s: over %d bytes: not a plan file", path, PF_MAXFILE)
                           : rt_fail(resccl_system_error, "%s: cannot read (%s)", path, strerror(errno));
-  if (hash) *hash = pf_hash(text, n);
+  if (hash) *hash = fnv1a(FNV_BASIS, text, n);
   int ok = pf_parse(path, text, n, out, nout, err, sizeof err);
   free(text);
   return ok ? resccl_success : rt_fail(resccl_invalid_argument, "%s", err);

@@ -352,12 +352,6 @@ static int body(Rd *r, PfSection *p, int ce_line, const char *s, size_t n) {
 
 /* ------------------------------------------------------------ sections */
 
-unsigned long long pf_hash(const char *text, size_t n) {
-  unsigned long long h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
-  return h;
-}
-
 int pf_agree(const PfAgree *all, int n, char *err, size_t errn) {
   for (int r = 1; r < n; r++) {
     const PfAgree *a = &all[0], *b = &all[r];

@@ -89,9 +89,8 @@ typedef struct {
    kernel; 0 with the first fault in err ("path:line: field: what"). */
 int pf_parse(const char *path, const char *text, size_t n, PfSection **out, int *nout, char *err, size_t errn);
 /* Read and parse the file at `path` (rt_fail's codes; plan.c, so libresccl's alone, not the tools'); *hash (when
-   not NULL): its bytes' FNV-1a hash (pf_hash), which ranks in several processes compare. */
+   not NULL): its bytes' FNV-1a hash (fnv.h), which ranks in several processes compare. */
 resccl_result_t pf_read(const char *path, PfSection **out, int *nout, unsigned long long *hash);
-unsigned long long pf_hash(const char *text, size_t n);
 /* What the ranks of several processes agree on before a plan loads (plan.c): the file, the sizes it runs,
    and the settings that shape its FIFOs and calls, each read by its process from its own environment. */
 typedef struct {
